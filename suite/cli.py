@@ -1,0 +1,144 @@
+"""python -m suite {run,report}: the command-line contract of DESIGN.md.
+
+Input is checked here, before any worker starts, so that a mistake costs one line of error naming
+the fix instead of a traceback from inside torch and a half-written record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import tempfile
+from pathlib import Path
+
+from suite.config import RunConfig, apply_sets
+
+
+class UsageError(Exception):
+    """Bad input; main() prints it as one line and exits with status 2."""
+
+
+def _run_parser(sub) -> None:
+    p = sub.add_parser("run", help="one training run; prints the record's path last")
+    p.add_argument("method", help="a baseline (ddp, fsdp, hsdp) or a method")
+    p.add_argument("--model", default=RunConfig.model)
+    p.add_argument("--nproc", type=int, default=RunConfig.nproc, help="workers on this machine")
+    p.add_argument("--device", choices=("cpu", "cuda"), default=RunConfig.device)
+    budget = p.add_argument_group("budget (exactly one)")
+    budget.add_argument("--tokens", type=float, help="global tokens over all workers")
+    budget.add_argument("--flops", type=float, help="model FLOPs over all workers")
+    budget.add_argument("--time", type=float, dest="time_s", help="training wall-clock seconds")
+    budget.add_argument("--target", type=float, help="validation loss to reach (stops at --max-tokens)")
+    p.add_argument("--max-tokens", type=float, default=RunConfig.max_tokens, help="token cap of a --target run")
+    p.add_argument("--seed", type=int, default=RunConfig.seed)
+    p.add_argument("--results", default=RunConfig.results)
+    p.add_argument("--ac", action="store_true", help="activation checkpointing of every block")
+    p.add_argument("--precision", default=RunConfig.precision, help="fp32 or bf16")
+    p.add_argument("--optimizer", default=RunConfig.optimizer)
+    p.add_argument("--data", help="text (embedded), fineweb, fineweb-edu, digits (embedded), cifar10, cifar100")
+    p.add_argument("--data-root", help="folder of local data files (FineWeb parquet, CIFAR)")
+    p.add_argument("--no-meters", dest="meters", action="store_false", help="turn the meters off")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config field (lr, micro_batch, seq_len, ...) or a method parameter")
+
+
+def config_from_args(args: argparse.Namespace, argv: list[str]) -> RunConfig:
+    cfg = RunConfig(method=args.method, model=args.model, nproc=args.nproc, device=args.device,
+                    tokens=args.tokens, flops=args.flops, time_s=args.time_s, target=args.target,
+                    max_tokens=args.max_tokens, seed=args.seed, results=args.results, ac=args.ac,
+                    precision=args.precision, optimizer=args.optimizer, data=args.data,
+                    data_root=args.data_root, meters=args.meters)
+    cfg.command = shlex.join(["python", "-m", "suite", *argv])
+    return apply_sets(cfg, args.sets)
+
+
+def check_config(cfg: RunConfig) -> None:
+    """Every check that needs no worker; raises UsageError with the fix."""
+    from baselines import optim, precision
+    from suite import data, models, protocols, strategy
+
+    try:
+        protocols.from_args(cfg.tokens, cfg.flops, cfg.time_s, cfg.target, cfg.max_tokens)
+        kind = models.kind_of(cfg.model)
+        precision.check(cfg.precision)
+        optim.check(cfg.optimizer)
+        if cfg.nproc < 1:
+            raise ValueError(f"--nproc must be at least 1, got {cfg.nproc}")
+        if cfg.micro_batch < 1 or cfg.grad_accum < 1 or cfg.seq_len < 2:
+            raise ValueError("micro_batch and grad_accum must be >= 1 and seq_len >= 2 (--set KEY=VALUE)")
+        data.check_data(cfg.data or data.default_data_for(kind), cfg.data_root)
+        strategy.get_strategy(cfg).check(cfg.nproc)
+    except (ValueError, FileNotFoundError) as err:
+        raise UsageError(str(err)) from None
+    if cfg.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UsageError("--device cuda but no CUDA device is visible; use --device cpu")
+        if cfg.nproc > torch.cuda.device_count():
+            raise UsageError(f"--nproc {cfg.nproc} but only {torch.cuda.device_count()} GPUs; lower --nproc")
+    _check_writable(Path(cfg.results))
+
+
+def _check_writable(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-check-"):
+            pass
+    except OSError as err:
+        raise UsageError(f"cannot write run records to {str(folder)!r} ({err.strerror}); "
+                         f"choose a writable folder with --results DIR") from None
+
+
+def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
+    from suite.launch import launch, under_torchrun
+
+    cfg = config_from_args(args, argv)
+    check_config(cfg)
+    if under_torchrun():
+        from suite.train import train
+
+        path = train(cfg)
+        if int(os.environ.get("RANK", 0)) == 0:
+            print(path)
+        return 0
+    path = launch(cfg)
+    from suite.records import read_record
+
+    status = read_record(path)["status"] if path.exists() else "failed"
+    print(path)
+    return 0 if status == "complete" else 1
+
+
+def cmd_report(args: argparse.Namespace, argv: list[str]) -> int:
+    from suite.report import build_report
+
+    if not Path(args.results_dir).is_dir():
+        raise UsageError(f"no results folder {args.results_dir!r}; give the folder that holds the run records")
+    print(build_report(args.results_dir, args.output))
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m suite", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    _run_parser(sub)
+    rp = sub.add_parser("report", help="regenerate the HTML report from run records alone")
+    rp.add_argument("results_dir")
+    rp.add_argument("-o", "--output", default="reports/latest")
+    return p
+
+
+COMMANDS = {"run": cmd_run, "report": cmd_report}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args, argv)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2

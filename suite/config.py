@@ -1,0 +1,107 @@
+"""The settings of one run, with every default visible here (nanoGPT style).
+
+`--set KEY=VALUE` changes a field below when KEY names one; any other KEY is a method parameter
+(`variant`, e.g. `shard=2` for hsdp) that the method itself validates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class RunConfig:
+    method: str = "ddp"
+    model: str = "llama-tiny"
+    nproc: int = 2
+    device: str = "cpu"
+    # budget: exactly one of tokens / flops / time_s / target (target runs stop at max_tokens at the latest)
+    tokens: float | None = None
+    flops: float | None = None
+    time_s: float | None = None
+    target: float | None = None
+    max_tokens: float | None = 2_000_000
+    seed: int = 0
+    results: str = "results/runs"
+    # composition with any method
+    ac: bool = False
+    precision: str = "fp32"
+    optimizer: str = "adamw"
+    # optimisation
+    lr: float = 3e-3
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    warmup_steps: int = 10
+    grad_clip: float = 1.0
+    # batch: global batch = data-parallel replicas x micro_batch x grad_accum sequences
+    micro_batch: int = 8
+    grad_accum: int = 1
+    seq_len: int = 128
+    # data and evaluation
+    data: str | None = None
+    data_root: str | None = None
+    eval_every: int = 50
+    eval_batches: int = 4
+    # metering: FLOPs are counted on step flop_step, memory on step mem_step, both off the clock
+    meters: bool = True
+    flop_step: int = 0
+    mem_step: int = 1
+    clock_warmup: int = 2
+    log_every: int = 10
+    # bookkeeping
+    reproduction: str = "harness"
+    variant: dict = field(default_factory=dict)
+    run_id: str | None = None
+    command: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "RunConfig":
+        data = json.loads(text)
+        data["betas"] = tuple(data["betas"])
+        return cls(**data)
+
+    def record_path(self) -> Path:
+        return Path(self.results) / f"{self.run_id}.json"
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
+
+
+def _parse(text: str, like: object):
+    if isinstance(like, bool):
+        if text.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(f"expected true or false, got {text!r}")
+        return text.lower() in ("true", "1")
+    if isinstance(like, int):
+        return int(float(text)) if float(text).is_integer() else int(text)
+    if isinstance(like, float) or like is None:
+        try:
+            return float(text)
+        except ValueError:
+            return text
+    if isinstance(like, tuple):
+        return tuple(float(x) for x in text.split(","))
+    return text
+
+
+def apply_sets(cfg: RunConfig, pairs: list[str]) -> RunConfig:
+    """Apply `--set KEY=VALUE` pairs: config fields by name, everything else into `variant`."""
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set takes KEY=VALUE, got {pair!r}")
+        key = key.replace("-", "_")
+        if key in FIELDS and key not in ("variant", "command", "run_id"):
+            try:
+                setattr(cfg, key, _parse(value, getattr(cfg, key)))
+            except ValueError as err:
+                raise ValueError(f"--set {key}: {err}") from None
+        else:
+            cfg.variant[key] = _parse(value, None)
+    return cfg

@@ -1,0 +1,46 @@
+"""Data for the training loop: a registry of named sets, embedded defaults that need no download, and
+loaders for the real sets. Every set gives seeded batches that any rank can slice on its own."""
+
+import importlib
+
+from suite.data.images import ImageData
+from suite.data.text import TokenData
+
+Data = TokenData | ImageData
+
+# name -> (module, loader, fixed options); None marks an embedded set, which takes no data root.
+# Loader modules are imported on first use: datasets, torchvision and scikit-learn together add
+# seconds to the start of every worker that would never read them.
+_LOADERS: dict[str, tuple[str, str, dict | None]] = {
+    "text": ("suite.data.text", "embedded_text", None),
+    "digits": ("suite.data.images", "embedded_images", None),
+    "fineweb": ("suite.data.fineweb", "fineweb_text", {"name": "fineweb"}),
+    "fineweb-edu": ("suite.data.fineweb", "fineweb_text", {"name": "fineweb-edu"}),
+    "cifar10": ("suite.data.cifar", "cifar", {"name": "cifar10"}),
+    "cifar100": ("suite.data.cifar", "cifar", {"name": "cifar100"}),
+}
+NAMES = sorted(_LOADERS)
+DEFAULTS = {"lm": "text", "image": "digits"}
+
+
+def load_data(name: str, data_root: str | None = None, **kw) -> Data:
+    """The data set called `name`; data_root and kw go to the loaders of sets that live on disk or the Hub."""
+    if name not in _LOADERS:
+        raise ValueError(f"unknown data set {name!r}: use one of {', '.join(NAMES)}")
+    module, loader, fixed = _LOADERS[name]
+    load = getattr(importlib.import_module(module), loader)
+    if fixed is None:
+        if data_root is not None or kw:
+            raise ValueError(f"{name!r} is embedded and takes no data root or options; drop --data-root")
+        return load()
+    return load(data_root, **fixed, **kw)
+
+
+def default_data_for(kind: str) -> str:
+    """The embedded set a model of this kind trains on when no data is named ('lm' or 'image')."""
+    if kind not in DEFAULTS:
+        raise ValueError(f"unknown model kind {kind!r}: use one of {', '.join(DEFAULTS)}")
+    return DEFAULTS[kind]
+
+
+__all__ = ["NAMES", "Data", "ImageData", "TokenData", "default_data_for", "load_data"]

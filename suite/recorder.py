@@ -1,0 +1,82 @@
+"""Builds the run record of DESIGN.md from a config and what the loop measured."""
+
+from __future__ import annotations
+
+import datetime as dt
+import platform
+import socket
+import subprocess
+import uuid
+from pathlib import Path
+
+import torch
+
+from suite.config import RunConfig
+from suite.records import SCHEMA_VERSION
+
+
+def new_run_id(cfg: RunConfig) -> str:
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return f"{cfg.method}-{cfg.model}-n{cfg.nproc}-s{cfg.seed}-{stamp}-{uuid.uuid4().hex[:6]}"
+
+
+def git_sha() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).resolve().parent)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
+
+
+def new_record(cfg: RunConfig, world_size: int, device: torch.device, backend: str,
+               peak_flops: float | None) -> dict:
+    """A record with every required field, status `incomplete` until the loop fills and closes it."""
+    return {
+        "schema": SCHEMA_VERSION,
+        "run_id": cfg.run_id,
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "status": "incomplete",
+        "error": None,
+        "command": cfg.command,
+        "reproduction": cfg.reproduction,
+        "method": cfg.method,
+        "variant": dict(cfg.variant),
+        "baseline": True,
+        "model": {"name": cfg.model, "params": 0, "config": {}},
+        "data": {"name": cfg.data or "", "source": ""},
+        "parallel": {"world_size": world_size, "strategy": cfg.method, "mesh": None,
+                     "global_batch_tokens": 0, "micro_batch": cfg.micro_batch, "grad_accum": cfg.grad_accum},
+        "protocol": {"kind": "tokens", "budget": None, "target": None, "reached": None},
+        "totals": {"steps": 0, "tokens": 0, "flops": 0, "wall_s": 0.0},
+        "curve": [],
+        "memory": {"method": "", "per_rank": []},
+        "comm": {"method": "", "steps": 0, "per_rank": []},
+        "throughput": {"tokens_per_s": None, "samples_per_s": None, "mfu": None},
+        "evals": {},
+        "env": {"torch": torch.__version__, "device": device.type, "device_name": device_name(device),
+                "backend": backend, "world_size": world_size, "git_sha": git_sha(), "seed": cfg.seed,
+                "peak_flops": peak_flops, "hostname": socket.gethostname(),
+                "threads": torch.get_num_threads()},
+        "settings": {k: v for k, v in vars(cfg).items() if k not in ("variant", "command", "run_id")},
+        "provenance": "measured",
+    }
+
+
+def failed_record(cfg: RunConfig, world_size: int, error: str) -> dict:
+    """What the launcher writes when the workers died before rank 0 could write anything."""
+    rec = new_record(cfg, world_size, torch.device(cfg.device), "gloo" if cfg.device == "cpu" else "nccl", None)
+    rec["status"], rec["error"] = "failed", error
+    return rec

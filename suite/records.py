@@ -1,0 +1,127 @@
+"""The run record: its JSON Schema, atomic writing, and loading into pandas.
+
+A record is written with a temporary file and a rename, so a reader never sees half a record; a
+record that fails the schema is never written (the error names the field).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+SCHEMA_VERSION = 1
+
+
+class RecordError(ValueError):
+    """A record that is corrupt, truncated, of an unknown schema, or that breaks the schema."""
+
+
+@lru_cache(maxsize=1)
+def schema() -> dict:
+    return json.loads(resources.files("suite").joinpath("record.schema.json").read_text())
+
+
+def validate(record: dict) -> None:
+    """Raise RecordError naming the first field that breaks the schema."""
+    if record.get("schema") != SCHEMA_VERSION:
+        raise RecordError(f"unknown record schema {record.get('schema')!r}; this suite reads schema {SCHEMA_VERSION}")
+    try:
+        jsonschema.validate(record, schema())
+    except jsonschema.ValidationError as err:
+        where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
+        raise RecordError(f"record field {where}: {err.message}") from None
+
+
+def write_record(record: dict, path: str | Path) -> Path:
+    """Validate, then write atomically (temporary file in the same folder, fsync, rename)."""
+    validate(record)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(record, f, indent=1, sort_keys=False, allow_nan=False)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_record(path: str | Path) -> dict:
+    """Read and validate one record; RecordError says what is wrong with it."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as err:
+        raise RecordError(f"{path}: not valid JSON (corrupt or truncated): {err.msg} at line {err.lineno}") from None
+    if not isinstance(record, dict):
+        raise RecordError(f"{path}: a record is a JSON object, found {type(record).__name__}")
+    validate(record)
+    return record
+
+
+def load_records(folder: str | Path) -> tuple[list[dict], list[tuple[str, str]]]:
+    """All valid records under `folder` (recursively), and (path, reason) for each skipped file."""
+    records, skipped = [], []
+    for path in sorted(Path(folder).rglob("*.json")):
+        if path.name.startswith("."):
+            continue
+        try:
+            rec = read_record(path)
+        except (RecordError, OSError) as err:
+            skipped.append((str(path), str(err)))
+            continue
+        rec["_path"] = str(path)
+        records.append(rec)
+    return records, skipped
+
+
+def summary_row(rec: dict) -> dict[str, Any]:
+    """One flat row per record: the fields comparisons are cut on."""
+    mem = rec["memory"]["per_rank"]
+    comm_steps = rec["comm"].get("steps") or 0
+    comm_bytes = sum(op["bytes"] for r in rec["comm"]["per_rank"] for op in r["ops"])
+    n_ranks = max(len(rec["comm"]["per_rank"]), 1)
+    last = rec["curve"][-1] if rec["curve"] else {}
+    return {
+        "run_id": rec["run_id"],
+        "status": rec["status"],
+        "reproduction": rec["reproduction"],
+        "method": rec["method"],
+        "baseline": rec["baseline"],
+        "variant": json.dumps(rec["variant"], sort_keys=True),
+        "model": rec["model"]["name"],
+        "params": rec["model"]["params"],
+        "world_size": rec["parallel"]["world_size"],
+        "seed": rec["env"]["seed"],
+        "device": rec["env"]["device"],
+        "provenance": rec["provenance"],
+        "protocol": rec["protocol"]["kind"],
+        "steps": rec["totals"]["steps"],
+        "tokens": rec["totals"]["tokens"],
+        "flops": rec["totals"]["flops"],
+        "wall_s": rec["totals"]["wall_s"],
+        "tokens_per_s": rec["throughput"]["tokens_per_s"],
+        "peak_bytes_max": max((m["peak_bytes"] for m in mem), default=None),
+        "state_bytes_max": max((m["params"] + m["grads"] + m["optimizer"] for m in mem), default=None),
+        "comm_bytes_per_rank_step": comm_bytes / n_ranks / comm_steps if comm_steps else None,
+        "final_train_loss": last.get("train_loss"),
+        "final_val_loss": next((p["val_loss"] for p in reversed(rec["curve"]) if p["val_loss"] is not None), None),
+        "path": rec.get("_path"),
+    }
+
+
+def to_dataframe(records: list[dict]):
+    """A pandas DataFrame with one summary row per record."""
+    import pandas as pd
+
+    return pd.DataFrame([summary_row(r) for r in records])

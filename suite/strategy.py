@@ -1,0 +1,119 @@
+"""The narrow interface between the one training loop and a way of splitting or synchronising training.
+
+A strategy (a baseline such as DDP or FSDP2, or a paper's method) decides only the points listed in
+DESIGN.md: process groups, which parameters exist on this rank and how they are wrapped, the forward
+path, gradient aggregation that no wrapper does, the optimizer, what happens after the optimizer step,
+which data each rank reads, which model is evaluated, and what the record says about it. The loop, the
+meters and the record are fixed (AlgoPerf's split between a submission and its workload).
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from suite.config import RunConfig
+from suite.meters.comm import CommLedger
+
+
+@dataclass
+class Context:
+    """What a strategy may use: this rank's place, its device and the ledger (to label groups)."""
+
+    cfg: RunConfig
+    rank: int
+    world_size: int
+    device: torch.device
+    ledger: CommLedger
+    groups: list[dict] = field(default_factory=list)
+
+    def label_group(self, group: dist.ProcessGroup | None, name: str, tier: str | None = None) -> None:
+        """Name a process group (and its tier) in the communication ledger and the record."""
+        label = self.ledger.label_group(group, name, tier)
+        self.groups.append({"name": name, "size": label.size, "tier": label.tier,
+                            "ranks": dist.get_process_group_ranks(group or dist.group.WORLD)})
+
+
+class Strategy(ABC):
+    """Default behaviour of every hook: a single replica per rank with plain data parallel data."""
+
+    name: str = ""
+    baseline: bool = True
+    params: dict[str, type] = {}
+
+    def __init__(self, cfg: RunConfig) -> None:
+        self.cfg = cfg
+        self.variant = self._check_params(cfg.variant)
+
+    def _check_params(self, given: dict) -> dict:
+        unknown = sorted(set(given) - set(self.params))
+        if unknown:
+            valid = ", ".join(sorted(self.params)) or "none"
+            raise ValueError(f"method {self.name} has no parameter {unknown[0]!r} (its parameters: {valid}); "
+                             f"config fields are listed by `python -m suite run --help`")
+        return {k: self.params[k](v) for k, v in given.items()}
+
+    def check(self, world_size: int) -> None:
+        """Raise ValueError (naming the fix) when this method cannot run on `world_size` workers."""
+
+    def setup(self, ctx: Context) -> None:
+        """Create and label process groups and meshes."""
+        ctx.label_group(None, "world")
+
+    @abstractmethod
+    def build(self, make_model: Callable[[], nn.Module], ctx: Context) -> nn.Module:
+        """Which parameters exist on this rank, and their wrapping."""
+
+    def micro_step(self, model: nn.Module, last: bool) -> AbstractContextManager:
+        """Context for one micro-batch's forward and backward (gradient sync only on the last one)."""
+        return nullcontext()
+
+    def autocast(self, ctx: Context) -> AbstractContextManager:
+        return nullcontext()
+
+    def after_backward(self, model: nn.Module, ctx: Context) -> None:
+        """Gradient aggregation that no wrapper does."""
+
+    def after_step(self, model: nn.Module, step: int, ctx: Context) -> None:
+        """Periodic averaging or outer optimizers."""
+
+    def data_replica(self, ctx: Context) -> tuple[int, int]:
+        """(index of this rank's data replica, number of replicas): which rows of the global batch it reads."""
+        return ctx.rank, ctx.world_size
+
+    def eval_model(self, model: nn.Module) -> nn.Module:
+        return model
+
+    def describe(self, ctx: Context) -> dict:
+        """`strategy` and `mesh` fields of the record's `parallel` section."""
+        return {"strategy": self.name, "mesh": {"world": ctx.world_size}}
+
+
+_REGISTRY: dict[str, type[Strategy]] = {}
+_PROVIDERS = ("baselines",)
+
+
+def register(cls: type[Strategy]) -> type[Strategy]:
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def methods() -> dict[str, type[Strategy]]:
+    """Every registered method; importing the providers registers them."""
+    for module in _PROVIDERS:
+        importlib.import_module(module)
+    return dict(_REGISTRY)
+
+
+def get_strategy(cfg: RunConfig) -> Strategy:
+    known = methods()
+    if cfg.method not in known:
+        raise ValueError(f"unknown method {cfg.method!r}; choose one of: {', '.join(sorted(known))}")
+    return known[cfg.method](cfg)

@@ -1,0 +1,312 @@
+"""The one training loop: model + strategy + optimizer + data + protocol + meters -> run record.
+
+Runs inside each worker started by `suite.launch` (or by a user's own torchrun). Rank 0 writes the
+record: `incomplete` at start and after every evaluation, `complete` at the end, `failed` with the
+error when the run dies. The ledger counts training steps only; the loop's own control messages and
+evaluation are kept off it and off the clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import sys
+import traceback
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from baselines.optim import build_optimizer, param_groups
+from suite import data as data_lib
+from suite import models
+from suite.config import RunConfig
+from suite.meters.clock import StepClock, peak_flops
+from suite.meters.comm import METHOD as COMM_METHOD
+from suite.meters.comm import CommLedger
+from suite.meters.flops import FlopMeter
+from suite.meters.memory import MemoryMeter
+from suite.protocols import Progress, from_args
+from suite.recorder import new_record, new_run_id
+from suite.records import write_record
+from suite.strategy import Context, get_strategy
+
+
+class Task:
+    """What one batch is and how its loss is computed: language modelling or image classification."""
+
+    def __init__(self, cfg: RunConfig, kind: str, data) -> None:
+        self.cfg, self.kind, self.data = cfg, kind, data
+
+    def tokens_per_sequence(self) -> int:
+        return self.cfg.seq_len if self.kind == "lm" else 1
+
+    def batch(self, step: int, global_rows: int, start: int, count: int, device: torch.device):
+        if self.kind == "lm":
+            x, y = self.data.batch(step, global_rows, self.cfg.seq_len, self.cfg.seed, start=start, count=count)
+        else:
+            x, y = self.data.batch(step, global_rows, self.cfg.seed, start=start, count=count)
+        return x.to(device), y.to(device)
+
+    def val_batches(self) -> list:
+        if self.kind == "lm":
+            return self.data.val_batches(self.cfg.eval_batches, self.cfg.micro_batch, self.cfg.seq_len)
+        return self.data.val_batches(self.cfg.eval_batches, self.cfg.micro_batch)
+
+    def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        out = model(x).float()
+        return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+
+
+def _model_overrides(cfg: RunConfig, kind: str, data) -> dict:
+    if kind == "lm":
+        return {"max_seq_len": max(cfg.seq_len, models.model_config(cfg.model)["max_seq_len"])}
+    return {"num_classes": data.num_classes, "in_channels": data.in_channels}
+
+
+class Worker:
+    """One rank's run; holds the pieces so each phase of the loop is a short method."""
+
+    def __init__(self, cfg: RunConfig) -> None:
+        self.cfg = cfg
+        self.device = self._device()
+        backend = "nccl" if self.device.type == "cuda" else "gloo"
+        if not dist.is_initialized():
+            dist.init_process_group(backend, device_id=self.device if self.device.type == "cuda" else None)
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        # a separate group for the loop's own control messages keeps them out of the ledger's groups
+        self.control = dist.new_group(backend="gloo")
+        self.protocol = from_args(cfg.tokens, cfg.flops, cfg.time_s, cfg.target, cfg.max_tokens)
+        if cfg.run_id is None:
+            cfg.run_id = self._broadcast(new_run_id(cfg) if self.rank == 0 else None)
+        self.record = new_record(cfg, self.world, self.device, backend, peak_flops(self.device))
+        self.ledger = CommLedger()
+        self.ctx = Context(cfg, self.rank, self.world, self.device, self.ledger)
+        self.strategy = get_strategy(cfg)
+        self.strategy.check(self.world)
+
+    def _device(self) -> torch.device:
+        if self.cfg.device == "cuda":
+            local = int(os.environ.get("LOCAL_RANK", 0))
+            torch.cuda.set_device(local)
+            return torch.device("cuda", local)
+        return torch.device("cpu")
+
+    def _broadcast(self, value):
+        box = [value]
+        dist.broadcast_object_list(box, src=0, group=getattr(self, "control", None))
+        return box[0]
+
+    # ---- set-up -------------------------------------------------------------------------------
+    def build(self) -> None:
+        cfg = self.cfg
+        kind = models.kind_of(cfg.model)
+        data_name = cfg.data or data_lib.default_data_for(kind)
+        self.data = data_lib.load_data(data_name, cfg.data_root)
+        self.task = Task(cfg, kind, self.data)
+        overrides = _model_overrides(cfg, kind, self.data)
+        self.strategy.setup(self.ctx)
+        torch.manual_seed(cfg.seed)
+        full_params: list[int] = []
+
+        def make_model() -> nn.Module:
+            m = models.build_model(cfg.model, **overrides)
+            full_params.append(models.num_params(m))
+            return m
+
+        self.model = self.strategy.build(make_model, self.ctx)
+        self.optimizer, self.schedule = build_optimizer(self.model, cfg)
+        self.replica, self.replicas = self.strategy.data_replica(self.ctx)
+        self.global_rows = self.replicas * cfg.micro_batch * cfg.grad_accum
+        self.step_tokens = self.global_rows * self.task.tokens_per_sequence()
+        rec = self.record
+        rec["baseline"] = self.strategy.baseline
+        rec["variant"] = dict(self.strategy.variant)
+        rec["model"] = {"name": cfg.model, "params": full_params[0] if full_params else 0,
+                        "config": models.model_config(cfg.model, **overrides)}
+        rec["data"] = {**self.data.describe(), "name": data_name, "source": self.data.source,
+                       "seed": cfg.seed, "sampling": "global batch drawn from (seed, step); replica r reads rows "
+                       "[m*R*mb + r*mb, +mb) of micro-step m"}
+        rec["parallel"].update(self.strategy.describe(self.ctx))
+        rec["parallel"].update({
+            "global_batch_tokens": self.step_tokens, "global_batch_sequences": self.global_rows,
+            "data_replicas": self.replicas, "groups": self.ctx.groups,
+            "optimizer_groups": {k: len(v) for k, v in param_groups(self.model).items()}})
+        rec["protocol"] = self.protocol.describe(Progress(0, 0, 0.0, 0.0, None))
+        rec["totals"]["hardware_flops"] = 0
+
+    # ---- one step ----------------------------------------------------------------------------------
+    def train_step(self, step: int) -> float:
+        cfg = self.cfg
+        loss_sum = 0.0
+        for micro in range(cfg.grad_accum):
+            last = micro == cfg.grad_accum - 1
+            start = micro * self.replicas * cfg.micro_batch + self.replica * cfg.micro_batch
+            x, y = self.task.batch(step, self.global_rows, start, cfg.micro_batch, self.device)
+            with self.strategy.micro_step(self.model, last):
+                with self.strategy.autocast(self.ctx):
+                    loss = self.task.loss(self.model, x, y) / cfg.grad_accum
+                loss.backward()
+            loss_sum += loss.detach().item()
+        self.strategy.after_backward(self.model, self.ctx)
+        if cfg.grad_clip > 0:
+            nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip, foreach=True)
+        self.optimizer.step()
+        self.schedule.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.strategy.after_step(self.model, step, self.ctx)
+        return loss_sum
+
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        model = self.strategy.eval_model(self.model)
+        model.eval()
+        losses = []
+        with self._off_ledger():
+            for x, y in self.task.val_batches():
+                with self.strategy.autocast(self.ctx):
+                    losses.append(self.task.loss(model, x.to(self.device), y.to(self.device)).item())
+        model.train()
+        return sum(losses) / len(losses)
+
+    @contextmanager
+    def _off_ledger(self):
+        was, self.ledger.enabled = self.ledger.enabled, False
+        try:
+            yield
+        finally:
+            self.ledger.enabled = was
+
+    def _mean(self, value: float) -> float:
+        t = torch.tensor([value], dtype=torch.float64)
+        dist.all_reduce(t, group=self.control)
+        return t.item() / self.world
+
+    # ---- the loop ----------------------------------------------------------------------------------
+    def run(self) -> None:
+        cfg, rec = self.cfg, self.record
+        clock = StepClock(self.device, cfg.clock_warmup)
+        flops_per_step = hw_flops_per_step = 0.0
+        memory = None
+        step, tokens = 0, 0
+        self._write()
+        with self.ledger:
+            while True:
+                metering_flops = cfg.meters and step == cfg.flop_step
+                metering_mem = cfg.meters and step == cfg.mem_step
+                flop_meter = FlopMeter() if metering_flops else nullcontext()
+                mem_meter = MemoryMeter(self._plain_model(), self.optimizer, self.device) if metering_mem else None
+                self.ledger.enabled = cfg.meters
+                with clock.step(self.step_tokens, on_clock=not (metering_flops or metering_mem)):
+                    with flop_meter, (mem_meter.measure() if mem_meter else nullcontext()):
+                        train_loss = self.train_step(step)
+                self.ledger.enabled = False
+                if metering_flops:
+                    flops_per_step, hw_flops_per_step = self._sum_flops(flop_meter)
+                if mem_meter:
+                    memory = mem_meter.result()
+                step += 1
+                tokens += self.step_tokens
+                evaluate = step % cfg.eval_every == 0
+                val_loss = self.evaluate() if evaluate else None
+                progress = Progress(step, tokens, step * flops_per_step, clock.elapsed, val_loss)
+                stop = self._broadcast(self.protocol.done(progress) if self.rank == 0 else None)
+                if stop and val_loss is None:
+                    progress = dataclasses.replace(progress, val_loss=self.evaluate())
+                if evaluate or stop or step % cfg.log_every == 0 or step == 1:
+                    self._log(progress, self._mean(train_loss), clock)
+                if evaluate:
+                    self._write()
+                if stop:
+                    break
+        self._close(progress, clock, flops_per_step, hw_flops_per_step, memory)
+
+    def _plain_model(self) -> nn.Module:
+        return getattr(self.model, "module", self.model)
+
+    def _sum_flops(self, meter: FlopMeter) -> tuple[float, float]:
+        t = torch.tensor([float(meter.model_flops), float(meter.hardware_flops)], dtype=torch.float64)
+        dist.all_reduce(t, group=self.control)
+        return t[0].item(), t[1].item()
+
+    def _log(self, p: Progress, train_loss: float, clock: StepClock) -> None:
+        self.record["curve"].append({"step": p.step, "tokens": p.tokens, "flops": p.flops, "wall_s": p.wall_s,
+                                     "train_loss": train_loss, "val_loss": p.val_loss})
+        if self.rank != 0:
+            return
+        tps = clock.tokens_per_s()
+        frac = self.protocol.fraction(p)
+        eta = p.wall_s / frac - p.wall_s if frac > 0 and self.protocol.kind != "target" else float("nan")
+        parts = [f"step {p.step}", f"{self.protocol.kind} {100 * frac:5.1f}%", f"tokens {p.tokens:,}",
+                 f"loss {train_loss:.4f}"]
+        if p.val_loss is not None:
+            parts.append(f"val {p.val_loss:.4f}")
+        if tps:
+            parts.append(f"{tps:,.0f} tok/s")
+        if not math.isnan(eta):
+            parts.append(f"eta {eta:.0f}s")
+        print(" | ".join(parts), file=sys.stderr, flush=True)
+
+    def _gather(self, obj) -> list:
+        out = [None] * self.world
+        dist.all_gather_object(out, obj, group=self.control)
+        return out
+
+    def _close(self, p: Progress, clock: StepClock, flops_per_step: float, hw_flops_per_step: float,
+               memory: dict | None) -> None:
+        cfg, rec = self.cfg, self.record
+        memories = self._gather(memory)
+        ledgers = self._gather(self.ledger.ops())
+        rec["totals"] = {"steps": p.step, "tokens": p.tokens, "flops": p.step * flops_per_step,
+                         "hardware_flops": p.step * hw_flops_per_step, "wall_s": clock.elapsed}
+        rec["protocol"] = self.protocol.describe(p)
+        rec["memory"] = {"method": memories[0]["method"] if memories[0] else "not measured (meters off)",
+                         "per_rank": [{"rank": r, **m} for r, m in enumerate(memories) if m]}
+        rec["comm"] = {"method": COMM_METHOD, "steps": p.step if cfg.meters else 0,
+                       "per_rank": [{"rank": r, "ops": ops} for r, ops in enumerate(ledgers)]}
+        tps = clock.tokens_per_s()
+        peak = rec["env"]["peak_flops"]
+        rec["throughput"] = {
+            "tokens_per_s": tps,
+            "samples_per_s": tps / self.task.tokens_per_sequence() if tps else None,
+            "step_s": clock.step_s(),
+            "timed_steps": clock.timed_steps,
+            "mfu": (flops_per_step / clock.step_s()) / (peak * self.world) if peak and clock.step_s() and
+            flops_per_step else None,
+        }
+        rec["flops_method"] = (f"FlopCounterMode on step {cfg.flop_step} of every rank, summed over ranks; "
+                               "every step has the same shapes, so totals = steps x that count")
+        rec["status"] = "complete"
+        self._write()
+
+    def _write(self) -> None:
+        if self.rank == 0:
+            write_record(self.record, self.cfg.record_path())
+
+    def fail(self, err: BaseException) -> None:
+        """Rank 0 records how the run ended; other ranks leave that to it (or to the launcher)."""
+        self.record["status"] = "incomplete" if isinstance(err, KeyboardInterrupt) else "failed"
+        self.record["error"] = "".join(traceback.format_exception_only(type(err), err)).strip()
+        try:
+            self._write()
+        except Exception as write_err:  # the original error matters more than this one
+            print(f"could not write the record: {write_err}", file=sys.stderr)
+
+
+def train(cfg: RunConfig) -> Path:
+    """Run one training run in this worker process; returns the record's path."""
+    worker = Worker(cfg)
+    try:
+        worker.build()
+        worker.run()
+    except BaseException as err:
+        worker.fail(err)
+        raise
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return cfg.record_path()

@@ -1,0 +1,10 @@
+"""Entry point of one worker under torchrun: read the run's config and train."""
+
+import sys
+from pathlib import Path
+
+from suite.config import RunConfig
+from suite.train import train
+
+if __name__ == "__main__":
+    train(RunConfig.from_json(Path(sys.argv[1]).read_text()))
