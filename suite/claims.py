@@ -135,7 +135,7 @@ def _arm(df: pd.DataFrame, method: str, variant: dict | None, model: str | None)
     if model is not None:
         rows = rows[rows["model"] == model]
     if variant:
-        rows = rows[[_variant_matches(v, variant) for v in rows["variant"]]]
+        rows = rows[rows["variant"].map(lambda v: _variant_matches(v, variant)).astype(bool)]
     return rows
 
 
@@ -336,7 +336,7 @@ def _judge_quality(claim: Claim, samples: Samples) -> tuple[str, str, float | No
 
 
 def _hardware(rows: pd.DataFrame) -> str:
-    return ", ".join(sorted({f"{d} ({n})" for d, n in zip(rows["device"], rows["device_name"])}))
+    return ", ".join(sorted({d if n == d else f"{d} ({n})" for d, n in zip(rows["device"], rows["device_name"])}))
 
 
 def _scale(rows: pd.DataFrame) -> str:

@@ -68,7 +68,7 @@ def check_config(cfg: RunConfig) -> None:
             raise ValueError(f"--nproc must be at least 1, got {cfg.nproc}")
         if cfg.micro_batch < 1 or cfg.grad_accum < 1 or cfg.seq_len < 2:
             raise ValueError("micro_batch and grad_accum must be >= 1 and seq_len >= 2 (--set KEY=VALUE)")
-        data.check_data(cfg.data or data.default_data_for(kind), cfg.data_root)
+        _check_data(cfg.data or data.default_data_for(kind), cfg.data_root)
         strategy.get_strategy(cfg).check(cfg.nproc)
     except (ValueError, FileNotFoundError) as err:
         raise UsageError(str(err)) from None
@@ -80,6 +80,16 @@ def check_config(cfg: RunConfig) -> None:
         if cfg.nproc > torch.cuda.device_count():
             raise UsageError(f"--nproc {cfg.nproc} but only {torch.cuda.device_count()} GPUs; lower --nproc")
     _check_writable(Path(cfg.results))
+
+
+def _check_data(name: str, root: str | None) -> None:
+    from suite import data
+
+    if name not in data.NAMES:
+        raise ValueError(f"unknown data set {name!r}; choose one of: {', '.join(data.NAMES)}")
+    if root is not None and not Path(root).exists():
+        raise FileNotFoundError(f"no data at --data-root {root!r}; download it first (see README, Data) "
+                                f"or drop --data-root to use the embedded default")
 
 
 def _check_writable(folder: Path) -> None:

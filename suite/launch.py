@@ -1,16 +1,18 @@
 """Start N workers with torch.distributed.run (torchrun): gloo on CPU, NCCL on CUDA.
 
-On one machine the launcher starts `torchrun --standalone`; on many machines users start torchrun
+On one machine the launcher starts the workers through torchrun's own API (`elastic_launch`, what `torchrun --standalone` runs); on many machines users start torchrun
 themselves with its rendezvous flags and `-m suite run ...`, which then trains in place (README).
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from suite.config import RunConfig
 from suite.recorder import failed_record, new_run_id
@@ -32,12 +34,15 @@ def launch(cfg: RunConfig) -> Path:
     with tempfile.TemporaryDirectory(prefix="suite-launch-") as tmp:
         spec = Path(tmp) / "run.json"
         spec.write_text(cfg.to_json())
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={cfg.nproc}",
-               "--log-dir", str(Path(tmp) / "logs"), "-m", "suite.worker", str(spec)]
-        env = {**os.environ, **WORKER_ENV}
-        proc = subprocess.run(cmd, env=env)
-        if proc.returncode != 0:
-            _mark_failed(cfg, f"workers exited with status {proc.returncode}; see the output above")
+        config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=cfg.nproc, run_id=cfg.run_id,
+                              rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0,
+                              monitor_interval=0.1)
+        os.environ.update(WORKER_ENV)
+        try:
+            elastic_launch(config, sys.executable)("-m", "suite.worker", str(spec))
+        except ChildFailedError as err:
+            rank, failure = err.get_first_failure()
+            _mark_failed(cfg, f"worker {rank} exited with status {failure.exitcode}; its error is printed above")
     return cfg.record_path()
 
 

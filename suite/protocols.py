@@ -14,7 +14,7 @@ KINDS = ("tokens", "flops", "time", "target")
 
 @dataclass(frozen=True)
 class Progress:
-    steps: int
+    step: int
     tokens: int
     flops: float
     wall_s: float

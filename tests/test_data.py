@@ -1,7 +1,9 @@
 """Data: seeded batches that ranks can split freely, clean splits, and loaders with clear errors."""
 
+import itertools
 import pickle
 import time
+from pydoc_data.topics import topics
 
 import datasets
 import numpy as np
@@ -10,7 +12,6 @@ import torch
 import torchvision
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydoc_data.topics import topics
 
 from suite.data import NAMES, ImageData, TokenData, default_data_for, load_data
 from suite.data.cifar import cifar
@@ -36,6 +37,13 @@ def test_text_batches_are_seeded_by_seed_and_step(text):
     assert not torch.equal(x, text.batch(3, 4, 32, 8)[0])
 
 
+def test_image_batches_are_seeded_by_seed_and_step(digits):
+    x, y = digits.batch(step=3, global_batch=16, seed=7)
+    assert torch.equal(x, digits.batch(3, 16, 7)[0]) and torch.equal(y, digits.batch(3, 16, 7)[1])
+    assert not torch.equal(y, digits.batch(4, 16, 7)[1])
+    assert not torch.equal(y, digits.batch(3, 16, 8)[1])
+
+
 def test_text_targets_are_the_next_tokens_of_a_train_window(text):
     train = bytes(text.train.tolist())
     x, y = text.batch(step=0, global_batch=6, seq_len=48, seed=1)
@@ -49,11 +57,15 @@ def cuts(total: int) -> st.SearchStrategy[list[int]]:
 
 
 @settings(max_examples=40, deadline=None)
-@given(data=st.data(), global_batch=st.integers(1, 12), step=st.integers(0, 10**6), seed=st.integers(0, 2**32))
+@given(
+    data=st.data(), global_batch=st.integers(1, 12), step=st.integers(0, 10**6), seed=st.integers(0, 2**32)
+)
 def test_rank_slices_of_text_concatenate_to_the_global_batch(text, data, global_batch, step, seed):
     bounds = data.draw(cuts(global_batch))
     whole = text.batch(step, global_batch, 16, seed)
-    parts = [text.batch(step, global_batch, 16, seed, start=a, count=b - a) for a, b in zip(bounds, bounds[1:])]
+    parts = [
+        text.batch(step, global_batch, 16, seed, start=a, count=b - a) for a, b in itertools.pairwise(bounds)
+    ]
     for got, want in zip((torch.cat(p) for p in zip(*parts)), whole):
         assert torch.equal(got, want)
 
@@ -63,7 +75,7 @@ def test_rank_slices_of_text_concatenate_to_the_global_batch(text, data, global_
 def test_rank_slices_of_images_concatenate_to_the_global_batch(digits, data, global_batch, step):
     bounds = data.draw(cuts(global_batch))
     whole = digits.batch(step, global_batch, seed=0)
-    parts = [digits.batch(step, global_batch, 0, start=a, count=b - a) for a, b in zip(bounds, bounds[1:])]
+    parts = [digits.batch(step, global_batch, 0, start=a, count=b - a) for a, b in itertools.pairwise(bounds)]
     for got, want in zip((torch.cat(p) for p in zip(*parts)), whole):
         assert torch.equal(got, want)
 
@@ -94,35 +106,46 @@ def test_bad_text_requests_name_the_fix(text):
         text.batch(-1, 4, 8, 0)
 
 
+@pytest.fixture
+def hf_cache(tmp_path, monkeypatch):
+    """Keep the datasets cache (and its lock files) in the test's folder, not the user's home."""
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf-cache"))
+
+
 def write_parquet(folder, docs: list[str]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    datasets.Dataset.from_dict({"text": docs, "id": list(range(len(docs)))}).to_parquet(str(folder / "000.parquet"))
+    datasets.Dataset.from_dict({"text": docs, "id": list(range(len(docs)))}).to_parquet(
+        str(folder / "000.parquet")
+    )
 
 
 @pytest.mark.parametrize("streaming", [True, False])
-def test_fineweb_reads_local_parquet_and_holds_out_the_last_documents(tmp_path, streaming):
+def test_fineweb_reads_local_parquet_and_holds_out_the_last_documents(tmp_path, hf_cache, streaming):
     docs = [f"document {i} " * (i + 1) for i in range(20)]
-    write_parquet(tmp_path / "sample" / "10BT", docs)
-    data = fineweb_text(str(tmp_path), max_tokens=10**6, streaming=streaming, val_fraction=0.1)
+    write_parquet(tmp_path / "data" / "sample" / "10BT", docs)
+    data = fineweb_text(str(tmp_path / "data"), max_tokens=10**6, streaming=streaming, val_fraction=0.1)
     assert bytes(data.train.tolist()) == "\n\n".join(docs[:18]).encode()
     assert bytes(data.val.tolist()) == "\n\n".join(docs[18:]).encode()
     assert data.describe()["n_train_tokens"] == data.train.numel() and data.vocab_size == 256
 
 
-def test_fineweb_stops_at_max_tokens(tmp_path):
+def test_fineweb_stops_at_max_tokens(tmp_path, hf_cache):
     write_parquet(tmp_path, ["a" * 100] * 10)
     data = load_data("fineweb-edu", str(tmp_path / "000.parquet"), max_tokens=250)
     assert data.train.numel() + len(b"\n\n") + data.val.numel() == 250 and data.name == "fineweb-edu"
 
 
-def test_fineweb_errors_name_the_fix(tmp_path):
-    with pytest.raises(FileNotFoundError, match="huggingface-cli download HuggingFaceFW/fineweb .*--data-root"):
+def test_fineweb_errors_name_the_fix(tmp_path, hf_cache):
+    with pytest.raises(
+        FileNotFoundError, match="huggingface-cli download HuggingFaceFW/fineweb .*--data-root"
+    ):
         fineweb_text(str(tmp_path / "missing"))
+    (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="no .parquet files"):
-        fineweb_text(str(tmp_path))
+        fineweb_text(str(tmp_path / "empty"))
     datasets.Dataset.from_dict({"body": ["x", "y"]}).to_parquet(str(tmp_path / "bad.parquet"))
     with pytest.raises(ValueError, match="'text' column"):
-        fineweb_text(str(tmp_path))
+        fineweb_text(str(tmp_path / "bad.parquet"))
 
 
 @pytest.mark.parametrize("var", ["HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"])
@@ -147,8 +170,15 @@ def test_streaming_without_a_reachable_hub_fails_fast(monkeypatch):
 
 
 CIFAR_LAYOUT = {
-    "cifar10": ("cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], ["test_batch"],
-                "batches.meta", "label_names", "labels", 10),
+    "cifar10": (
+        "cifar-10-batches-py",
+        [f"data_batch_{i}" for i in range(1, 6)],
+        ["test_batch"],
+        "batches.meta",
+        "label_names",
+        "labels",
+        10,
+    ),
     "cifar100": ("cifar-100-python", ["train"], ["test"], "meta", "fine_label_names", "fine_labels", 100),
 }
 
@@ -203,7 +233,8 @@ def test_digits_are_3_channel_32x32_normalised_and_split_by_class(digits):
     assert (digits.num_classes, digits.in_channels) == (10, 3)
     assert len(digits.train_labels) + len(digits.val_labels) == 1797
     assert torch.bincount(digits.val_labels).tolist() == pytest.approx(
-        (torch.bincount(digits.train_labels) / 4).tolist(), abs=1)
+        (torch.bincount(digits.train_labels) / 4).tolist(), abs=1
+    )
     x, y = digits.batch(step=0, global_batch=4000, seed=0)
     assert x.shape == (4000, 3, 32, 32) and torch.equal(x[:, 0], x[:, 2])
     assert abs(x.mean().item()) < 0.05 and abs(x.std().item() - 1) < 0.05

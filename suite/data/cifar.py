@@ -16,8 +16,10 @@ def cifar(data_root: str | None, name: str = "cifar10") -> ImageData:
     if name not in DATASETS:
         raise ValueError(f"unknown CIFAR variant {name!r}: use one of {sorted(DATASETS)}")
     cls = DATASETS[name]
-    how = (f'get it with `python -c "import torchvision; torchvision.datasets.{cls.__name__}(\'ROOT\', '
-           f'download=True)"` on a machine with network, then pass --data-root ROOT')
+    how = (
+        f"get it with `python -c \"import torchvision; torchvision.datasets.{cls.__name__}('ROOT', "
+        f'download=True)"` on a machine with network, then pass --data-root ROOT'
+    )
     if data_root is None or not Path(data_root).is_dir():
         raise FileNotFoundError(f"{name} needs a data root folder (got {data_root}): {how}")
     try:

@@ -41,26 +41,32 @@ def fineweb_text(
         texts, source = _hub_texts(name, config), f"{REPOS[name]} {config} (streamed from the Hub)"
     else:
         files = _parquet_files(Path(data_root), name)
-        texts = datasets.load_dataset("parquet", data_files=[str(f) for f in files], split="train",
-                                      streaming=streaming)
+        texts = datasets.load_dataset(
+            "parquet", data_files=[str(f) for f in files], split="train", streaming=streaming
+        )
         source = f"{REPOS[name]} local parquet: {data_root} ({len(files)} files)"
     docs = _first_bytes(_text_column(texts), max_tokens)
     if len(docs) < 2:
-        raise ValueError(f"{len(docs)} document(s) in the first {max_tokens} bytes: raise max_tokens to hold "
-                         "at least one train and one val document")
+        raise ValueError(
+            f"{len(docs)} document(s) in the first {max_tokens} bytes: raise max_tokens to hold "
+            "at least one train and one val document"
+        )
     n_val = min(len(docs) - 1, math.ceil(len(docs) * val_fraction))
     return TokenData(
         name=name,
         source=f"{source}, first {max_tokens} bytes",
-        split_rule=f"documents in stored order; the last {n_val} of {len(docs)} ({val_fraction:.0%}) held out as val",
+        split_rule=f"documents in stored order; the last {n_val} of {len(docs)} ({val_fraction:.0%}) "
+        "held out as val",
         train=to_tokens(docs[:-n_val]),
         val=to_tokens(docs[-n_val:]),
     )
 
 
 def _parquet_files(root: Path, name: str) -> list[Path]:
-    how = (f"get it with `huggingface-cli download {REPOS[name]} --repo-type dataset "
-           f"--include 'sample/10BT/*.parquet' --local-dir DIR` and pass --data-root DIR")
+    how = (
+        f"get it with `huggingface-cli download {REPOS[name]} --repo-type dataset "
+        f"--include 'sample/10BT/*.parquet' --local-dir DIR` and pass --data-root DIR"
+    )
     if not root.exists():
         raise FileNotFoundError(f"{name} data root {root} does not exist: {how}")
     files = [root] if root.is_file() else sorted(root.rglob("*.parquet"))
@@ -78,7 +84,9 @@ def _hub_texts(name: str, config: str) -> Iterable[dict]:
     try:
         huggingface_hub.HfApi().dataset_info(REPOS[name], timeout=PROBE_TIMEOUT_S)
     except Exception as e:  # any failure to reach the Hub means streaming cannot start
-        raise ConnectionError(f"cannot reach the Hub for {REPOS[name]} ({type(e).__name__}: {e}); {how}") from e
+        raise ConnectionError(
+            f"cannot reach the Hub for {REPOS[name]} ({type(e).__name__}: {e}); {how}"
+        ) from e
     return datasets.load_dataset(REPOS[name], name=config, split="train", streaming=True)
 
 

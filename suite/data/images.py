@@ -47,20 +47,24 @@ class ImageData:
     def batch(
         self, step: int, global_batch: int, seed: int, start: int = 0, count: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rows start..start+count of step `step`'s global batch: float images [count, C, 32, 32], long labels.
+        """Rows start..start+count of step `step`'s global batch: float images [count, C, 32, 32] and labels.
 
         The global batch is drawn with replacement from the train split by a generator seeded from
         (seed, step), whole on every rank and then sliced, so it does not depend on the split among ranks.
         """
         picked = rows(global_batch, start, count)
-        index = torch.randint(0, len(self.train_labels), (global_batch,), generator=step_generator(seed, step))
+        index = torch.randint(
+            0, len(self.train_labels), (global_batch,), generator=step_generator(seed, step)
+        )
         return self._normalised(self.train_images, self.train_labels, index[picked])
 
     def val_batches(self, n_batches: int, batch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """The first n_batches * batch val images in stored order."""
         if n_batches < 1 or batch < 1 or n_batches * batch > len(self.val_labels):
-            raise ValueError(f"{n_batches} val batches of {batch} need 1 <= n_batches * batch <= "
-                             f"{len(self.val_labels)} (the val split of {self.name})")
+            raise ValueError(
+                f"{n_batches} val batches of {batch} need 1 <= n_batches * batch <= "
+                f"{len(self.val_labels)} (the val split of {self.name})"
+            )
         index = torch.arange(n_batches * batch).view(n_batches, batch)
         return [self._normalised(self.val_images, self.val_labels, i) for i in index]
 
@@ -76,10 +80,12 @@ class ImageData:
             "normalisation": {"mean": self.mean.tolist(), "std": self.std.tolist(), "from": "train split"},
             "augmentation": "none",
             "sampling": "each step: global_batch train images drawn uniformly with replacement, "
-                        "torch.Generator seeded from (seed, step); ranks take consecutive rows",
+            "torch.Generator seeded from (seed, step); ranks take consecutive rows",
         }
 
-    def _normalised(self, images: torch.Tensor, labels: torch.Tensor, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _normalised(
+        self, images: torch.Tensor, labels: torch.Tensor, index: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         x = images[index].float().div_(255)
         return (x - self.mean[:, None, None]) / self.std[:, None, None], labels[index].long()
 
@@ -95,13 +101,15 @@ def embedded_images() -> ImageData:
     big = F.interpolate(small, size=(SIZE, SIZE), mode="bilinear", align_corners=False)
     images = big.mul(255).round().clamp(0, 255).to(torch.uint8).expand(-1, CHANNELS, -1, -1)
     labels = torch.from_numpy(digits.target)
-    train, val = train_test_split(np.arange(len(labels)), test_size=VAL_FRACTION,
-                                  stratify=digits.target, random_state=SPLIT_SEED)
+    train, val = train_test_split(
+        np.arange(len(labels)), test_size=VAL_FRACTION, stratify=digits.target, random_state=SPLIT_SEED
+    )
     return ImageData(
         name="digits",
         source=f"scikit-learn {sklearn.__version__} load_digits ({len(labels)} 8x8 images, embedded), "
-               f"bilinear to {SIZE}x{SIZE}, grey replicated to {CHANNELS} channels, uint8",
-        split_rule=f"stratified by class, {VAL_FRACTION:.0%} val, sklearn train_test_split random_state={SPLIT_SEED}",
+        f"bilinear to {SIZE}x{SIZE}, grey replicated to {CHANNELS} channels, uint8",
+        split_rule=f"stratified by class, {VAL_FRACTION:.0%} val, "
+        f"sklearn train_test_split random_state={SPLIT_SEED}",
         train_images=images[train],
         train_labels=labels[train],
         val_images=images[val],

@@ -8,9 +8,9 @@ documentation that ships inside CPython (`pydoc_data.topics`): real English pros
 
 import sys
 from dataclasses import dataclass, field
+from pydoc_data.topics import topics
 
 import torch
-from pydoc_data.topics import topics
 
 from suite.data.sampling import rows, step_generator
 
@@ -47,11 +47,17 @@ class TokenData:
         each, targets shifted by one token.
         """
         picked = rows(global_batch, start, count)
-        starts = torch.randint(0, self._n_starts(self.train, seq_len, "train"), (global_batch,),
-                               generator=step_generator(seed, step))
+        starts = torch.randint(
+            0,
+            self._n_starts(self.train, seq_len, "train"),
+            (global_batch,),
+            generator=step_generator(seed, step),
+        )
         return self._windows(self.train, starts[picked], seq_len)
 
-    def val_batches(self, n_batches: int, batch: int, seq_len: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def val_batches(
+        self, n_batches: int, batch: int, seq_len: int
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Fixed evaluation windows, evenly spaced over the val split (no randomness at all)."""
         if n_batches < 1 or batch < 1:
             raise ValueError(f"n_batches and batch must be >= 1, got {n_batches} and {batch}")
@@ -69,7 +75,7 @@ class TokenData:
             "vocab_size": self.vocab_size,
             "split": self.split_rule,
             "sampling": "each step: global_batch windows at uniform random offsets (with replacement), "
-                        "torch.Generator seeded from (seed, step); ranks take consecutive rows",
+            "torch.Generator seeded from (seed, step); ranks take consecutive rows",
         }
 
     def _n_starts(self, tokens: torch.Tensor, seq_len: int, split: str) -> int:
@@ -85,7 +91,9 @@ class TokenData:
         return n
 
     @staticmethod
-    def _windows(tokens: torch.Tensor, starts: torch.Tensor, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _windows(
+        tokens: torch.Tensor, starts: torch.Tensor, seq_len: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         chunk = tokens[starts[:, None] + torch.arange(seq_len + 1)].long()
         return chunk[:, :-1], chunk[:, 1:]
 
@@ -105,7 +113,7 @@ def embedded_text() -> TokenData:
         name="text",
         source=f"CPython {version} pydoc_data.topics ({len(topics)} documentation topics, embedded)",
         split_rule=f"topics sorted by key; every {VAL_EVERY}th topic held out whole as val "
-                   f"({len(val_keys)} val, {len(train_keys)} train topics)",
+        f"({len(val_keys)} val, {len(train_keys)} train topics)",
         train=to_tokens([topics[k].encode() for k in train_keys]),
         val=to_tokens([topics[k].encode() for k in val_keys]),
     )

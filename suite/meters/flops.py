@@ -114,8 +114,10 @@ def transformer_step_flops(
 
     Counts 2 FLOPs per multiply-add and takes backward = 2x forward (Kaplan et al. 2020, section 2.1;
     Hoffmann et al. 2022, appendix F):
-    - weights: forward 2 * N per token, backward 4 * N, so 6 * N * tokens. N excludes the token
-      embedding (a lookup) and the LM head (its own term below);
+    - weights: forward 2 * N per token, backward 4 * N, so 6 * N * tokens. N counts the weight
+      matrices of the blocks (Kaplan's N = 12 * n_layers * dim**2 for a 4x MLP); it excludes the token
+      embedding (a lookup), the LM head (its own term below), and norms and biases (no matmul; counting
+      them overstates a model of dim 8 by 6%, one of dim 512 by 0.1%);
     - attention scores and mixing, per token and layer: QK^T costs 2 * seq_len * dim and softmax(.)V
       another 2 * seq_len * dim, so 4 * seq_len * dim forward and 12 * seq_len * dim with backward;
       halved when `causal_halved` (kernels that skip masked blocks; FlopCounterMode does not halve);

@@ -4,9 +4,10 @@ Models are single-device; DDP, FSDP2, activation checkpointing and SDP masks are
 outside, per block, to what blocks_of returns.
 """
 
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from types import MappingProxyType
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Literal
 
 from torch import nn
 from torchvision.models.resnet import BasicBlock

@@ -1,0 +1,48 @@
+"""Sessions: tests, lint, report, bench, and one reproduce-<name> per reproduction.
+
+On a GPU node whose torch is already installed, run with `--no-venv` (nox then installs nothing and
+uses that torch); elsewhere each session gets a fresh venv with the pinned CPU-machine torch.
+"""
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["tests", "lint"]
+nox.options.reuse_existing_virtualenvs = True
+
+# the release that lies on disk on the CPU machines (a newer one would download several GB per CI run)
+TORCH = ["torch==2.14.1", "torchvision==0.29.1"]
+
+
+def install(session: nox.Session, extras: str = "test") -> None:
+    if session.venv_backend == "none":
+        return
+    session.install(*TORCH)
+    session.install("-e", f".[{extras}]")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The whole test suite, slow multi-process tests included (CI runs exactly this)."""
+    install(session)
+    session.run("python", "-m", "pytest", "-q", "--durations=15", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("ruff")
+    session.run("ruff", "check", "suite", "baselines", "reproductions", "tests", "noxfile.py")
+
+
+@nox.session
+def report(session: nox.Session) -> None:
+    """Regenerate the HTML report from the committed records alone."""
+    install(session)
+    session.run("python", "-m", "suite", "report", "results", "-o", "reports/latest", *session.posargs)
+
+
+@nox.session(name="reproduce-baselines")
+def reproduce_baselines(session: nox.Session) -> None:
+    """The harness's own comparison of ddp, fsdp, hsdp, --ac and bf16 (README's main job)."""
+    install(session)
+    session.run("python", "-m", "suite", "reproduce", "baselines", *session.posargs)

@@ -1,0 +1,138 @@
+"""The report's figures: seaborn/matplotlib drawn on the Agg canvas, embedded as base64 PNG data URIs.
+
+pyplot is never imported: each figure is a plain matplotlib Figure, so drawing needs no display and
+leaves no global state behind. Every function takes a long-form frame from frames.py and returns a
+Chart, or None when there is nothing to draw. Labels come from records, so they are made safe for
+matplotlib's mathtext ($) and legends (a leading _ hides an entry).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure
+
+from suite.report import frames
+
+DPI = 80
+
+
+@dataclass(frozen=True)
+class Chart:
+    title: str
+    uri: str  # data:image/png;base64,...
+    caption: str = ""
+
+
+def safe(label: str, limit: int = 48) -> str:
+    label = label if len(label) <= limit else label[: limit - 1] + "…"
+    return label.replace("$", r"\$").lstrip("_") or "(unnamed)"
+
+
+def _figure(width: float, height: float, rows: int = 1, cols: int = 1) -> tuple[Figure, np.ndarray]:
+    with sns.axes_style("whitegrid"), sns.plotting_context("notebook", font_scale=0.8):
+        fig = Figure(figsize=(width, height), layout="constrained")
+        return fig, fig.subplots(rows, cols, squeeze=False)
+
+
+def _encode(fig: Figure) -> str:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI)
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _colours(arms: list[str]) -> dict[str, tuple]:
+    return dict(zip(arms, sns.color_palette("tab10" if len(arms) <= 10 else "husl", len(arms))))
+
+
+def _byte_unit(largest: float) -> tuple[float, str]:
+    for power, unit in ((3, "GiB"), (2, "MiB"), (1, "KiB")):
+        if largest >= 1024**power:
+            return 1024.0**power, unit
+    return 1.0, "bytes"
+
+
+def loss_curves(curve: pd.DataFrame, label: str) -> Chart | None:
+    """Loss against tokens, FLOPs and wall time: mean over seeds with a min-max band."""
+    losses = [y for y in ("train_loss", "val_loss") if curve[y].notna().any()]
+    axes_x = (("tokens", "tokens"), ("flops", "FLOPs"), ("wall_s", "wall time (s)"))
+    bands = {(y, x): frames.seed_band(curve, x, y) for y in losses for x, _ in axes_x}
+    losses = [y for y in losses if not bands[(y, "tokens")].empty]
+    if not losses:
+        return None
+    colours = _colours(list(dict.fromkeys(curve["arm"])))
+    fig, axes = _figure(12, 3.2 * len(losses), len(losses), 3)
+    for row, y in enumerate(losses):
+        for col, (x, x_label) in enumerate(axes_x):
+            ax = axes[row, col]
+            for arm, band in bands[(y, x)].groupby("arm", sort=False):
+                ax.plot(band["x"], band["mean"], color=colours[arm], label=safe(arm))
+                ax.fill_between(band["x"], band["low"], band["high"], color=colours[arm], alpha=0.2, linewidth=0)
+            ax.set_xlabel(x_label)
+            ax.set_ylabel(y.replace("_", " "))
+    axes[0, 0].legend(fontsize="small")
+    return Chart(f"Loss against tokens, FLOPs and wall time ({label})", _encode(fig),
+                 "Line: mean over seeds; band: lowest to highest seed.")
+
+
+def memory_bars(memory: pd.DataFrame, label: str) -> Chart | None:
+    """Per-rank memory as stacked bars of params, grads, optimizer state, activations and other."""
+    if memory.empty:
+        return None
+    divisor, unit = _byte_unit(float(memory[list(frames.MEMORY_PARTS)].sum(axis=1).max()))
+    names = [f"{safe(a, 32)} r{r}" for a, r in zip(memory["arm"], memory["rank"])]
+    fig, axes = _figure(max(6.0, 0.35 * len(names) + 2), 4.2)
+    ax, bottom = axes[0, 0], np.zeros(len(memory))
+    for part, colour in zip(frames.MEMORY_PARTS, sns.color_palette("Set2", len(frames.MEMORY_PARTS))):
+        heights = memory[part].to_numpy(float) / divisor
+        ax.bar(range(len(names)), heights, bottom=bottom, color=colour, label=part)
+        bottom += heights
+    ax.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize="small")
+    ax.set_ylabel(unit)
+    ax.legend(fontsize="small")
+    return Chart(f"Memory per rank ({label})", _encode(fig),
+                 f"Mean over seeds; ranks beyond {frames.MAX_RANKS} are not drawn (see the run pages).")
+
+
+def comm_bytes(comm: pd.DataFrame, label: str) -> Chart | None:
+    """Payload bytes per step per rank, stacked by collective op and by group tier."""
+    if comm.empty:
+        return None
+    arms = list(dict.fromkeys(comm["arm"]))
+    divisor, unit = _byte_unit(float(comm.groupby("arm")["bytes_per_step"].sum().max()))
+    fig, axes = _figure(12, max(2.5, 0.4 * len(arms) + 1.5), 1, 2)
+    for ax, key in zip(axes[0], ("op", "tier")):
+        table = comm.pivot_table(index="arm", columns=key, values="bytes_per_step", aggfunc="sum", sort=False)
+        table = table.reindex(arms).fillna(0) / divisor
+        table.index = [safe(a, 32) for a in table.index]
+        table.columns = [safe(c, 24) for c in table.columns]
+        table.plot.barh(stacked=True, ax=ax, colormap="tab20", width=0.7)
+        ax.set_xlabel(f"{unit} per step per rank")
+        ax.set_title(f"by {key}", fontsize="medium")
+        ax.invert_yaxis()
+        ax.legend(fontsize="small")
+    return Chart(f"Bytes per step by op and by group tier ({label})", _encode(fig),
+                 "Payload bytes, mean over ranks and seeds; wire bytes are on the run pages.")
+
+
+def throughput(ratios: pd.DataFrame, geomeans: pd.Series, reference: str, label: str) -> Chart | None:
+    """tokens/s ratios to the reference baseline: a bar at each arm's geometric mean, a dot per configuration."""
+    if ratios.empty:
+        return None
+    order = [safe(a, 32) for a in geomeans.index]
+    points = ratios.assign(arm=[safe(a, 32) for a in ratios["arm"]])
+    fig, axes = _figure(max(5.0, 0.7 * len(order) + 2), 3.6)
+    ax = axes[0, 0]
+    sns.barplot(x=order, y=geomeans.to_numpy(float), ax=ax, color="#9ecae1", order=order)
+    sns.stripplot(data=points, x="arm", y="ratio", order=order, ax=ax, color="black", size=5)
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax.set_xlabel("")
+    ax.set_ylabel(f"tokens/s ÷ {safe(reference, 24)}")
+    ax.tick_params(axis="x", rotation=30)
+    return Chart(f"Throughput against {safe(reference, 24)} ({label})", _encode(fig),
+                 "Bar: geometric mean over configurations; dot: one configuration (median over seeds).")

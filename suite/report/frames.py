@@ -1,0 +1,116 @@
+"""Long-form tables cut from run records for the report's figures.
+
+Runs are grouped into arms: method and variant, plus model and world size when those differ within
+one page, so two configurations never share a line or a bar. Seeds stay separate until a band is drawn.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+
+MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "other")
+MAX_RANKS = 8  # per arm in the memory figure; more bars than this are unreadable
+
+
+def arm(record: dict) -> str:
+    variant = " ".join(f"{k}={v if isinstance(v, (str, int, float)) else json.dumps(v)}"
+                       for k, v in sorted(record["variant"].items()))
+    return f"{record['method']} {variant}".strip()
+
+
+def config(record: dict) -> str:
+    return f"{record['model']['name']} x{record['parallel']['world_size']}"
+
+
+def arm_labels(records: list[dict]) -> list[str]:
+    """An arm label per record, with its configuration appended when configurations differ."""
+    if len({config(r) for r in records}) > 1:
+        return [f"{arm(r)} [{config(r)}]" for r in records]
+    return [arm(r) for r in records]
+
+
+def curves(records: list[dict], labels: list[str]) -> pd.DataFrame:
+    rows = [{"arm": label, "run": r["run_id"], **point} for r, label in zip(records, labels) for point in r["curve"]]
+    return pd.DataFrame(rows, columns=["arm", "run", "step", "tokens", "flops", "wall_s", "train_loss", "val_loss"])
+
+
+def seed_band(curve: pd.DataFrame, x: str, y: str, points: int = 60) -> pd.DataFrame:
+    """Per arm: mean, min and max of `y` over runs (seeds) on a common grid of `x`.
+
+    Seeds of one arm share tokens and FLOPs per step but not wall time, so every run is interpolated
+    onto a grid over the x range that all its runs cover.
+    """
+    bands = []
+    for label, arm_rows in curve.dropna(subset=[y]).groupby("arm", sort=False):
+        runs = [r.sort_values(x) for _, r in arm_rows.groupby("run") if len(r) > 1]
+        if not runs:
+            continue
+        low, high = max(r[x].min() for r in runs), min(r[x].max() for r in runs)
+        if not high > low:
+            continue
+        grid = np.linspace(low, high, points)
+        ys = np.stack([np.interp(grid, r[x].to_numpy(float), r[y].to_numpy(float)) for r in runs])
+        bands.append(pd.DataFrame({"arm": label, "x": grid, "mean": ys.mean(0), "low": ys.min(0), "high": ys.max(0),
+                                   "runs": len(runs)}))
+    return pd.concat(bands, ignore_index=True) if bands else pd.DataFrame(columns=["arm", "x", "mean", "low", "high", "runs"])
+
+
+def memory(records: list[dict], labels: list[str]) -> pd.DataFrame:
+    """Mean over seeds of each memory part, per arm and rank (the first MAX_RANKS ranks)."""
+    rows = [{"arm": label, "rank": m["rank"], **{p: m[p] for p in MEMORY_PARTS}}
+            for r, label in zip(records, labels) for m in r["memory"]["per_rank"] if m["rank"] < MAX_RANKS]
+    if not rows:
+        return pd.DataFrame(columns=["arm", "rank", *MEMORY_PARTS])
+    return pd.DataFrame(rows).groupby(["arm", "rank"], sort=False).mean().reset_index()
+
+
+def comm(records: list[dict], labels: list[str]) -> pd.DataFrame:
+    """Payload bytes per step per rank, by op and by group tier, mean over seeds."""
+    rows = []
+    for r, label in zip(records, labels):
+        steps, ranks = r["comm"].get("steps") or 0, len(r["comm"]["per_rank"])
+        if not steps or not ranks:
+            continue
+        for rank in r["comm"]["per_rank"]:
+            for op in rank["ops"]:
+                rows.append({"arm": label, "run": r["run_id"], "op": op["op"], "tier": op.get("tier") or "unlabelled",
+                             "bytes_per_step": op["bytes"] / steps / ranks})
+    if not rows:
+        return pd.DataFrame(columns=["arm", "op", "tier", "bytes_per_step"])
+    per_run = pd.DataFrame(rows).groupby(["arm", "run", "op", "tier"], sort=False)["bytes_per_step"].sum().reset_index()
+    return per_run.groupby(["arm", "op", "tier"], sort=False)["bytes_per_step"].mean().reset_index()
+
+
+def reference_baseline(records: list[dict]) -> str | None:
+    """The baseline that throughput is divided by: ddp when present, else the baseline with most runs."""
+    counts = Counter(r["method"] for r in records if r["baseline"])
+    if not counts:
+        return None
+    return "ddp" if "ddp" in counts else counts.most_common(1)[0][0]
+
+
+def throughput_ratios(records: list[dict]) -> tuple[pd.DataFrame, str | None]:
+    """tokens/s of each arm over the reference baseline's, per configuration (medians over seeds)."""
+    reference = reference_baseline(records)
+    rows = [{"arm": arm(r), "method": r["method"], "config": config(r), "tokens_per_s": r["throughput"]["tokens_per_s"]}
+            for r in records if r["status"] == "complete" and r["throughput"]["tokens_per_s"]]
+    columns = ["arm", "config", "ratio"]
+    if reference is None or not rows:
+        return pd.DataFrame(columns=columns), reference
+    runs = pd.DataFrame(rows)
+    base = runs[runs["method"] == reference].groupby("config")["tokens_per_s"].median()
+    medians = runs[runs["method"] != reference].groupby(["arm", "config"], sort=False)["tokens_per_s"].median().reset_index()
+    medians = medians[medians["config"].isin(base.index)]
+    medians["ratio"] = medians["tokens_per_s"] / medians["config"].map(base)
+    return medians[columns].reset_index(drop=True), reference
+
+
+def geometric_means(ratios: pd.DataFrame) -> pd.Series:
+    """Per arm, the geometric mean of its throughput ratios over configurations."""
+    if ratios.empty:
+        return pd.Series(dtype=float)
+    return np.exp(np.log(ratios["ratio"].astype(float)).groupby(ratios["arm"], sort=False).mean())

@@ -1,0 +1,132 @@
+"""Sortable tables for the report: cells carry display text and a sort key; the numbers' formats.
+
+Values stay raw here; jinja2 escapes them when the page is rendered.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pandas as pd
+
+from suite.claims import evidence_label
+
+
+@dataclass(frozen=True)
+class Cell:
+    text: str
+    sort: str | float = ""  # numbers sort numerically in the page's script; "" sorts last
+    href: str | None = None
+    badge: str | None = None  # a provenance or verdict label shown as a badge
+
+
+@dataclass(frozen=True)
+class Table:
+    columns: list[str]
+    rows: list[list[Cell]] = field(default_factory=list)
+    css: str = ""  # extra class on the <table>, e.g. "claims"
+
+
+def missing(value: Any) -> bool:
+    return value is None or isinstance(value, float) and math.isnan(value)
+
+
+def fmt_number(value: Any) -> str:
+    if missing(value):
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int) or isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return f"{int(value):,}"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def fmt_bytes(value: Any) -> str:
+    if missing(value):
+        return "—"
+    for power, unit in ((4, "TiB"), (3, "GiB"), (2, "MiB"), (1, "KiB")):
+        if abs(value) >= 1024**power:
+            return f"{value / 1024**power:.3g} {unit}"
+    return f"{value:,.0f} B"
+
+
+def fmt_sci(value: Any) -> str:
+    return "—" if missing(value) else f"{value:.3g}"
+
+
+def number(value: Any, fmt: Callable[[Any], str] = fmt_number, badge: str | None = None) -> Cell:
+    return Cell(fmt(value), "" if missing(value) else float(value), badge=badge)
+
+
+def text(value: Any, href: str | None = None) -> Cell:
+    value = "—" if missing(value) else value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return Cell(value, value, href)
+
+
+def runs_table(records: list[dict], rows: pd.DataFrame, hrefs: list[str]) -> Table:
+    """One row per run; `rows` are its summary rows (suite.records.to_dataframe) in the same order."""
+    columns = ["run", "provenance", "status", "method", "variant", "baseline", "model", "params", "world size", "seed",
+               "protocol", "steps", "tokens", "FLOPs", "wall s", "tokens/s", "peak memory (max rank)",
+               "params+grads+optimizer (max rank)", "comm bytes/rank/step", "final train loss", "final val loss"]
+    table = Table(columns, css="runs")
+    for record, (_, row), href in zip(records, rows.iterrows(), hrefs):
+        badge = evidence_label(record["provenance"], record["env"]["device"])
+        table.rows.append([
+            text(row["run_id"], href), Cell(badge, badge, badge=badge), text(row["status"]), text(row["method"]),
+            text(record["variant"] or None), text("yes" if row["baseline"] else "no"), text(row["model"]),
+            number(row["params"]), number(row["world_size"]), number(row["seed"]), text(row["protocol"]),
+            number(row["steps"]), number(row["tokens"]), number(row["flops"], fmt_sci), number(row["wall_s"]),
+            number(row["tokens_per_s"]), number(row["peak_bytes_max"], fmt_bytes), number(row["state_bytes_max"], fmt_bytes),
+            number(row["comm_bytes_per_rank_step"], fmt_bytes), number(row["final_train_loss"]),
+            number(row["final_val_loss"]),
+        ])
+    return table
+
+
+def throughput_table(ratios: pd.DataFrame, geomeans: pd.Series, badge: str) -> Table:
+    table = Table(["arm", "configuration", "tokens/s ratio"])
+    for _, row in ratios.iterrows():
+        table.rows.append([text(row["arm"]), text(row["config"]), number(row["ratio"], badge=badge)])
+    for arm, value in geomeans.items():
+        table.rows.append([text(arm), text("geometric mean"), number(value, badge=badge)])
+    return table
+
+
+ENV_FIELDS = ("torch", "device", "device_name", "backend", "world_size", "git_sha")
+
+
+def env_table(records: list[dict]) -> Table:
+    """Each distinct environment (torch, device, world size, git sha) and how many runs used it."""
+    counts: dict[tuple, int] = {}
+    for r in records:
+        key = tuple(r["env"].get(k) for k in ENV_FIELDS)
+        counts[key] = counts.get(key, 0) + 1
+    table = Table(["torch", "device", "device name", "backend", "world size", "git sha", "runs"])
+    for key, n in counts.items():
+        table.rows.append([text(key[0]), text(key[1]), text(key[2]), text(key[3]), number(key[4]),
+                           text(key[5][:12] if key[5] else None), number(n)])
+    return table
+
+
+def mapping_table(values: dict) -> Table:
+    """Any mapping as field/value rows; nested values are shown as JSON."""
+    return Table(["field", "value"], [[text(k), number(v) if _numeric(v) else text(v)] for k, v in values.items()])
+
+
+def records_table(items: list[dict], columns: list[str], formats: dict[str, Callable] | None = None) -> Table:
+    """A list of flat mappings (curve points, memory per rank, ledger ops) with chosen columns."""
+    formats = formats or {}
+    table = Table(columns)
+    for item in items:
+        table.rows.append([number(item.get(c), formats.get(c, fmt_number)) if c in formats or _numeric(item.get(c))
+                           else text(item.get(c)) for c in columns])
+    return table
+
+
+def _numeric(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
