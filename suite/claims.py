@@ -146,12 +146,12 @@ def _variant_matches(variant_json: str, wanted: dict) -> bool:
 
 def _per_seed(rows: pd.DataFrame, field_name: str) -> pd.Series:
     """One value per seed; repeated runs of one seed are averaged so no seed counts twice."""
-    if rows.empty:
-        return pd.Series(dtype=float)
     if field_name not in rows.columns:
         if field_name.startswith("evals."):
             return pd.Series(dtype=float)
         raise ValueError(f"metric field {field_name!r} is not a summary field; use one of {sorted(rows.columns)}")
+    if rows.empty:
+        return pd.Series(dtype=float)
     values = pd.to_numeric(rows[field_name], errors="coerce")
     return values.groupby(rows["seed"]).mean().dropna()
 

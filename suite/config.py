@@ -45,6 +45,7 @@ class RunConfig:
     data_root: str | None = None
     eval_every: int = 50
     eval_batches: int = 4
+    eval_batch: int = 8
     # metering: FLOPs are counted on step flop_step, memory on step mem_step, both off the clock
     meters: bool = True
     flop_step: int = 0

@@ -38,6 +38,8 @@ def launch(cfg: RunConfig) -> Path:
                               rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0,
                               monitor_interval=0.1)
         os.environ.update(WORKER_ENV)
+        # torchrun's command line sets this; its API does not, and oversubscribed threads cost 5-10x here
+        os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // cfg.nproc)))
         try:
             elastic_launch(config, sys.executable)("-m", "suite.worker", str(spec))
         except ChildFailedError as err:

@@ -54,8 +54,8 @@ class Task:
 
     def val_batches(self) -> list:
         if self.kind == "lm":
-            return self.data.val_batches(self.cfg.eval_batches, self.cfg.micro_batch, self.cfg.seq_len)
-        return self.data.val_batches(self.cfg.eval_batches, self.cfg.micro_batch)
+            return self.data.val_batches(self.cfg.eval_batches, self.cfg.eval_batch, self.cfg.seq_len)
+        return self.data.val_batches(self.cfg.eval_batches, self.cfg.eval_batch)
 
     def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         out = model(x).float()

@@ -7,12 +7,19 @@ each record is checked against the schema before it is returned.
 
 from __future__ import annotations
 
+import atexit
+import json
 import math
 import random
+import shutil
+import tempfile
 import zlib
+from functools import lru_cache
 from pathlib import Path
 
-from suite.records import validate, write_record
+from suite.claims import load_claims
+from suite.records import load_records, validate, write_record
+from suite.report import build_report_for
 
 PARAMS = 3_150_000
 SEQ = 256
@@ -127,3 +134,31 @@ claims:
     what_would_test: 8 GPUs over 2 nodes with python -m suite reproduce sdp --preset gpu
     command: python -m suite reproduce sdp --preset gpu
 """
+
+
+HOSTILE = "<script>alert(1)</script>"
+
+
+def hostile_record() -> dict:
+    """A valid record whose strings try to break out of HTML (method, model, evals key) and out of mathtext."""
+    return make_record(HOSTILE, 0, variant={"tag": "$\\frac{1}{"}, model="<img src=x onerror=alert(2)>",
+                       evals={"<script>alert(3)</script>": 1.0})
+
+
+@lru_cache(maxsize=1)
+def built_study() -> tuple[Path, Path]:
+    """(results folder, site folder) of the study plus a hostile record and three bad files, built once
+    per test process (figures are the slow part) and removed at exit."""
+    root = Path(tempfile.mkdtemp(prefix="report-test-"))
+    atexit.register(shutil.rmtree, root, True)
+    results = root / "results"
+    paths = write_records(results, study() + [hostile_record()])
+    text = paths[0].read_text()
+    (results / "corrupt.json").write_text("{not json")
+    (results / "truncated.json").write_text(text[: len(text) // 2])
+    (results / "old-schema.json").write_text(json.dumps({**json.loads(text), "schema": 0}))
+    claims_yaml = root / "claims.yaml"
+    claims_yaml.write_text(SDP_CLAIMS_YAML)
+    records, skipped = load_records(results)
+    index = build_report_for(records, skipped, root / "site", {"sdp": load_claims(claims_yaml)})
+    return results, index.parent

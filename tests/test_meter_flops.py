@@ -10,7 +10,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 from torch.utils.flop_counter import FlopCounterMode, flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
-import suite.meters.flops as flops
+from suite.meters import flops
 from suite.meters.flops import FlopMeter, transformer_step_flops
 
 aten = torch.ops.aten
@@ -147,7 +147,9 @@ class TinyTransformer(nn.Module):
         batch, seq, dim = x.shape
         for layer in self.layers:
             q, k, v = layer["qkv"](layer["norm1"](x)).view(batch, seq, 3, self.n_heads, -1).unbind(2)
-            att = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+            att = F.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+            )
             x = x + layer["proj"](att.transpose(1, 2).reshape(batch, seq, dim))
             x = x + layer["down"](F.gelu(layer["up"](layer["norm2"](x))))
         return self.head(self.norm(x))
@@ -168,11 +170,15 @@ def test_transformer_formula_matches_flop_counter(heads, head_dim, n_layers, seq
     tokens = torch.randint(vocab, (2, seq_len))
     with sdpa_kernel(backend), FlopCounterMode(display=False) as counter:
         F.cross_entropy(model(tokens).flatten(0, 1), tokens.flatten()).backward()
-    n_matrices = sum(p.numel() for name, p in model.named_parameters() if p.dim() == 2 and "embed" not in name)
+    n_matrices = sum(
+        p.numel() for name, p in model.named_parameters() if p.dim() == 2 and "embed" not in name
+    )
     n_head = model.head.weight.numel()
     expected = transformer_step_flops(n_matrices - n_head, n_layers, dim, seq_len, tokens.numel(), vocab)
     # The flash backward also recomputes QK^T: 2 * seq_len * dim per token and layer beyond 2x forward.
-    flash_extra = 2 * n_layers * seq_len * dim * tokens.numel() if backend == SDPBackend.FLASH_ATTENTION else 0
+    flash_extra = (
+        2 * n_layers * seq_len * dim * tokens.numel() if backend == SDPBackend.FLASH_ATTENTION else 0
+    )
     assert counter.get_total_flops() == expected + flash_extra
 
 

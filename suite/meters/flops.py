@@ -22,6 +22,7 @@ from torch.utils.flop_counter import (
     sdpa_backward_flop_count,
     sdpa_flop_count,
 )
+from typing_extensions import Self
 
 aten = torch.ops.aten
 
@@ -68,7 +69,7 @@ class FlopMeter(FlopCounterMode):
         super().__init__(display=False)
         self._by_phase = dict.fromkeys(("forward", "backward", "recompute"), 0)
 
-    def __enter__(self) -> "FlopMeter":
+    def __enter__(self) -> Self:
         self._by_phase = dict.fromkeys(self._by_phase, 0)
         super().__enter__()
         return self

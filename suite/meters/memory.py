@@ -137,10 +137,14 @@ class MemoryMeter:
         if not isinstance(model, nn.Module):
             raise TypeError(f"MemoryMeter: model must be an nn.Module, got {type(model).__name__}")
         if not isinstance(optimizer, torch.optim.Optimizer):
-            raise TypeError(f"MemoryMeter: optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+            raise TypeError(
+                f"MemoryMeter: optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
+            )
         device = torch.device(device)
         if device.type not in ("cpu", "cuda"):
             raise ValueError(f"MemoryMeter: device must be cpu or cuda, got {device}")
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("MemoryMeter: device is cuda but CUDA is not available here; pass device='cpu'")
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         self.model = model
@@ -168,8 +172,8 @@ class MemoryMeter:
     @contextlib.contextmanager
     def measure(self) -> Iterator[None]:
         """Wrap exactly one training step."""
+        self._result = None
         tracker = self._tracker()
-        mapping = FSDP_CATEGORIES if self.fsdp else MEMTRACKER_CATEGORIES
         rss_resettable = reset_peak_rss()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -178,6 +182,10 @@ class MemoryMeter:
             yield
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+        self._result = self._summarize(tracker, rss_resettable)
+
+    def _summarize(self, tracker: MemTracker, rss_resettable: bool) -> dict:
+        mapping = FSDP_CATEGORIES if self.fsdp else MEMTRACKER_CATEGORIES
         at_peak = _by_category(tracker.get_tracker_snapshot("peak").get(self.device, {}), mapping)
         after = _by_category(tracker.get_tracker_snapshot("current").get(self.device, {}), mapping)
         optimizer_temporaries = max(0, at_peak["optimizer"] - after["optimizer"])
@@ -188,7 +196,7 @@ class MemoryMeter:
             at_peak["other"] = peak_bytes - sum(at_peak[c] for c in CATEGORIES if c != "other")
         else:
             peak_bytes = sum(at_peak.values())
-        self._result = {
+        return {
             "method": self._method(rss_resettable),
             "peak_bytes": peak_bytes,
             **at_peak,
@@ -199,5 +207,7 @@ class MemoryMeter:
     def result(self) -> dict:
         """The measurement of the last step wrapped by `measure()`."""
         if self._result is None:
-            raise RuntimeError("MemoryMeter.result(): wrap one training step in `with meter.measure():` first")
+            raise RuntimeError(
+                "MemoryMeter.result(): wrap one training step in `with meter.measure():` first"
+            )
         return dict(self._result)

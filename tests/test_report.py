@@ -1,0 +1,180 @@
+"""The HTML report: pages, claim cards, skipped files, escaping, figures, provenance and links."""
+
+from __future__ import annotations
+
+import base64
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pytest
+
+from suite.claims import load_claims
+from suite.report import build_report, build_report_for
+from tests.report_fixtures import HOSTILE, SDP_CLAIMS_YAML, built_study, make_record
+
+
+class Page(HTMLParser):
+    """The parts of a page the tests look at: links and sources, element ids, and script elements."""
+
+    def __init__(self, path: Path):
+        super().__init__()
+        self.links: list[str] = []
+        self.ids: set[str] = set()
+        self.scripts: list[dict] = []
+        self.images: list[str] = []
+        self.policy = ""
+        self.feed(path.read_text())
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        self.ids.update([attrs["id"]] if "id" in attrs else [])
+        self.links.extend(attrs[a] for a in ("href", "src") if a in attrs)
+        if tag == "script":
+            self.scripts.append(attrs)
+        if tag == "meta" and attrs.get("http-equiv") == "Content-Security-Policy":
+            self.policy = attrs["content"]
+        if tag == "img" and "chart" in (attrs.get("class") or ""):
+            self.images.append(attrs["src"])
+
+
+@pytest.fixture(scope="module")
+def site() -> Path:
+    return built_study()[1]
+
+
+def page_of(site: Path, folder: str, prefix: str) -> Path:
+    (path,) = [p for p in (site / folder).glob("*.html") if p.name.startswith(prefix)]
+    return path
+
+
+def test_index_lists_each_reproduction_with_its_verdicts(site):
+    html = (site / "index.html").read_text()
+    assert re.search(r'<a href="reproductions/harness-[0-9a-f]{8}\.html">harness</a>', html)
+    claims = html[html.index('class="sortable claims"'):]
+    for claim_id, verdict in [("sdp-memory", "reproduced"), ("sdp-quality", "reproduced"),
+                              ("sdp-inter-node", "not testable here")]:
+        row = claims[claims.index(f">{claim_id}</a>"):]
+        assert verdict in row[: row.index("</tr>")]
+    assert "No claims: this reproduction compares runs only." in html  # harness
+
+
+def test_bad_files_are_listed_as_skipped_with_the_reason(site):
+    html = (site / "index.html").read_text()
+    skipped = html[html.index('id="skipped"'):]
+    for name, reason in [("corrupt.json", "not valid JSON"), ("truncated.json", "not valid JSON"),
+                         ("old-schema.json", "unknown record schema 0")]:
+        row = skipped[skipped.index(name):]
+        assert reason in row[: row.index("</tr>")]
+    assert "17 run record(s) read, 3 skipped" in html
+
+
+def test_empty_folder_gives_a_page_that_says_so(tmp_path):
+    (tmp_path / "results").mkdir()
+    html = build_report(tmp_path / "results", tmp_path / "site").read_text()
+    assert "No records found" in html and "Skipped files" not in html
+    (tmp_path / "results" / "broken.json").write_text("[")
+    html = build_report(tmp_path / "results", tmp_path / "site").read_text()
+    assert "No records found: every file was skipped" in html and "broken.json" in html
+
+
+def test_missing_results_folder_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="results folder .* does not exist"):
+        build_report(tmp_path / "nowhere", tmp_path / "site")
+
+
+def test_values_from_records_are_escaped_everywhere(site):
+    pages = list(site.rglob("*.html"))
+    assert len(pages) == 1 + 2 + 17  # index, two reproductions, one page per run
+    shown = 0
+    for page in pages:
+        html = page.read_text()
+        assert "<script>alert" not in html and "<img src=x" not in html, page
+        assert len(Page(page).scripts) == 1, page  # only the page's own sorting script
+        shown += "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    hostile_run = next(p for p in (site / "runs").glob("*.html") if "alert(1)" in p.read_text())
+    html = hostile_run.read_text()
+    assert "&lt;img src=x onerror=alert(2)&gt;" in html and "&lt;script&gt;alert(3)&lt;/script&gt;" in html
+    assert shown >= 3  # index, harness page, the run's own page
+
+
+def test_pages_forbid_outside_resources_and_foreign_scripts(site):
+    policy = Page(site / "index.html").policy
+    assert "default-src 'none'" in policy and re.search(r"script-src 'sha256-[A-Za-z0-9+/=]+'", policy)
+    assert "unsafe-inline" not in policy.split("script-src")[1].split(";")[0]
+
+
+def test_figures_are_embedded_pngs_one_set_per_kind_of_evidence(site):
+    sdp = Page(page_of(site, "reproductions", "sdp-"))
+    harness = Page(page_of(site, "reproductions", "harness-"))
+    # measured: loss, memory, comm, throughput; the lone estimate has no baseline, so no throughput figure.
+    assert len(sdp.images) == 4 + 3
+    assert len(harness.images) == 4
+    for uri in sdp.images + harness.images:
+        assert uri.startswith("data:image/png;base64,")
+        assert base64.b64decode(uri.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_estimates_are_never_mixed_into_measured_tables(site):
+    html = page_of(site, "reproductions", "sdp-").read_text()
+    measured = html[html.index('id="section-measured-cpu"'):html.index('id="section-estimated"')]
+    estimated = html[html.index('id="section-estimated"'):html.index('id="environment"')]
+    assert "-estimated-cpu-w8" not in measured and "-estimated-cpu-w8" in estimated
+    assert "measured (cpu)" not in estimated and measured.count("badge-measured-cpu") >= 9
+
+
+def test_claim_cards_show_paper_value_measurement_and_verdict(site):
+    html = page_of(site, "reproductions", "sdp-").read_text()
+    card = html[html.index('id="claim-sdp-memory"'):]
+    card = card[: card.index("</article>")]
+    for text in ["0.6 x DDP peak bytes", "arXiv 2507.09029, Table 3, v5", "unverified", "(3 seeds)", "±",
+                 "the paper&#39;s value", "equal flops", "world size 2", "reproduced", "paper value ± tolerance 0.1",
+                 "python -m suite reproduce sdp --preset smoke"]:
+        assert text in card, text
+    untestable = html[html.index('id="claim-sdp-inter-node"'):]
+    assert "needs cuda, network" in untestable and "8 GPUs over 2 nodes" in untestable
+
+
+def test_every_link_resolves_to_a_file_and_anchor(site):
+    for path in site.rglob("*.html"):
+        for link in Page(path).links:
+            if link.startswith("data:"):
+                continue
+            parts = urlsplit(link)
+            assert not parts.scheme and not parts.netloc, f"{path.name} links outside: {link}"
+            target = (path.parent / unquote(parts.path)).resolve() if parts.path else path
+            assert target.is_file(), f"{path.name}: {link}"
+            assert site.resolve() in target.parents or target == site.resolve() / "index.html"
+            if parts.fragment:
+                assert parts.fragment in Page(target).ids, f"{path.name}: {link}"
+
+
+def test_run_page_shows_curve_memory_ledger_and_environment(site):
+    html = page_of(site, "runs", "sdp-ddp-s1-measured").read_text()
+    for text in ["Loss curve", "Memory per rank (MemTracker)", "Communication ledger (dispatch, 8 steps)",
+                 "all_reduce", "intra-node", "0123456789abcdef", "gloo", "2.14.1", "hellaswag",
+                 "python -m suite run ddp --seed 1"]:
+        assert text in html, text
+    curve = html[html.index("Loss curve"):html.index("Memory per rank")]
+    assert curve.count("<tr>") == 1 + 8  # header and one row per step
+
+
+def test_a_broken_claim_is_reported_on_the_page(tmp_path):
+    (tmp_path / "claims.yaml").write_text(SDP_CLAIMS_YAML.replace("field: peak_bytes_max", "field: peak_memory"))
+    record = _bare(make_record("ddp", 0, reproduction="sdp"))
+    index = build_report_for([record], [], tmp_path / "site", {"sdp": load_claims(tmp_path / "claims.yaml")})
+    assert "Claims not evaluated: " in index.read_text() and "peak_memory" in index.read_text()
+
+
+def test_rebuilding_removes_pages_of_runs_that_are_gone(tmp_path):
+    build_report_for([_bare(make_record("ddp", s)) for s in range(2)], [], tmp_path)
+    assert len(list((tmp_path / "runs").glob("*.html"))) == 2
+    build_report_for([_bare(make_record("ddp", 0))], [], tmp_path)
+    assert len(list((tmp_path / "runs").glob("*.html"))) == 1
+
+
+def _bare(record: dict) -> dict:
+    """A record with nothing to draw (an early failure), so building its report is quick."""
+    return {**record, "status": "failed", "curve": [], "memory": {"method": "none", "per_rank": []},
+            "comm": {"method": "none", "steps": 0, "per_rank": []}}
