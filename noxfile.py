@@ -46,3 +46,19 @@ def reproduce_baselines(session: nox.Session) -> None:
     """The harness's own comparison of ddp, fsdp, hsdp, --ac and bf16 (README's main job)."""
     install(session)
     session.run("python", "-m", "suite", "reproduce", "baselines", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Throughput of each method beside its baseline (benchmarks/pairs.py) into results/bench/latest.json.
+
+    `-- --short` measures only CI's pairs; `-- --compare` then gates the ratios against
+    results/bench/reference.json (README, Throughput gate); other arguments go to pytest.
+    """
+    install(session)
+    latest = "results/bench/latest.json"
+    pytest_args = [a for a in session.posargs if a != "--compare"]
+    session.run("python", "-m", "pytest", "benchmarks/test_throughput.py", "-m", "bench",
+                f"--benchmark-json={latest}", *pytest_args)
+    if "--compare" in session.posargs:
+        session.run("python", "-m", "benchmarks.gate", latest, "--reference", "results/bench/reference.json")

@@ -74,11 +74,11 @@ class HSDP(FSDP):
 
     def check(self, world_size: int) -> None:
         shard = self.shard_size(world_size)
-        if world_size < 2 or shard < 1 or world_size % shard or shard == world_size:
+        if shard < 2 or world_size % shard or world_size // shard < 2:
             raise ValueError(
                 f"hsdp needs a replicate x shard mesh: {world_size} workers cannot be split into groups of "
-                f"{shard} with at least 2 replicas; use --nproc 4 (2 x 2) or --set shard=S with S dividing "
-                f"--nproc and smaller than it")
+                f"{shard} (at least 2 per group, at least 2 groups); use --nproc 4 (2 x 2) or --set shard=S with "
+                f"S >= 2 dividing --nproc and at most half of it")
 
     def make_mesh(self, ctx: Context) -> DeviceMesh:
         self.check(ctx.world_size)

@@ -51,7 +51,10 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> RunConfig:
                     precision=args.precision, optimizer=args.optimizer, data=args.data,
                     data_root=args.data_root, meters=args.meters)
     cfg.command = shlex.join(["python", "-m", "suite", *argv])
-    return apply_sets(cfg, args.sets)
+    try:
+        return apply_sets(cfg, args.sets)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
 
 
 def check_config(cfg: RunConfig) -> None:
@@ -106,6 +109,8 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     from suite.launch import launch, under_torchrun
 
     cfg = config_from_args(args, argv)
+    if under_torchrun():
+        cfg.nproc = int(os.environ["WORLD_SIZE"])
     check_config(cfg)
     if under_torchrun():
         from suite.train import train

@@ -10,6 +10,7 @@ meters and the record are fixed (AlgoPerf's split between a submission and its w
 from __future__ import annotations
 
 import importlib
+import os
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -46,7 +47,7 @@ class Strategy(ABC):
 
     name: str = ""
     baseline: bool = True
-    params: dict[str, type] = {}
+    params: dict[str, Callable] = {}
 
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
@@ -98,6 +99,8 @@ class Strategy(ABC):
 
 _REGISTRY: dict[str, type[Strategy]] = {}
 _PROVIDERS = ("baselines",)
+# extra modules that register methods (tests, out-of-tree methods); workers inherit the environment
+PROVIDERS_ENV = "SUITE_METHOD_MODULES"
 
 
 def register(cls: type[Strategy]) -> type[Strategy]:
@@ -107,7 +110,8 @@ def register(cls: type[Strategy]) -> type[Strategy]:
 
 def methods() -> dict[str, type[Strategy]]:
     """Every registered method; importing the providers registers them."""
-    for module in _PROVIDERS:
+    extra = [m for m in os.environ.get(PROVIDERS_ENV, "").split(",") if m]
+    for module in (*_PROVIDERS, *extra):
         importlib.import_module(module)
     return dict(_REGISTRY)
 

@@ -1,0 +1,168 @@
+"""Real runs on gloo through the command line: bytes, memory, FLOPs, equality, budgets, failures.
+
+Each distinct command launches once per session (tests/conftest.py); the checks share the records.
+"""
+
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from suite import models
+from suite.meters.flops import transformer_step_flops
+from suite.records import read_record
+
+from .conftest import ROOT, TINY
+
+pytestmark = pytest.mark.slow
+
+STEPS3 = ["--tokens", "6144"]  # 3 steps of 2,048 tokens
+
+
+def ops(record: dict, rank: int = 0) -> dict[tuple[str, str], dict]:
+    return {(o["op"], o["group"]): o for o in record["comm"]["per_rank"][rank]["ops"]}
+
+
+def param_shapes() -> list[tuple[int, ...]]:
+    return [tuple(p.shape) for p in models.build_model("llama-tiny").parameters()]
+
+
+def padded_numel(shape: tuple[int, ...], n: int) -> int:
+    """FSDP2 shards dim 0 and pads it to a multiple of the group size."""
+    rest = math.prod(shape[1:])
+    return math.ceil(shape[0] / n) * n * rest
+
+
+@pytest.mark.parametrize("nproc", [2, 3, 4])
+def test_ddp_all_reduces_every_gradient_once_per_step(runs, nproc):
+    rec = runs("ddp", "--nproc", str(nproc), *STEPS3)
+    steps = rec["comm"]["steps"]
+    param_bytes = 4 * sum(math.prod(s) for s in param_shapes())
+    for rank in range(nproc):
+        ar = ops(rec, rank)[("all_reduce", "replicate")]
+        assert ar["bytes"] == steps * param_bytes
+        assert ar["group_size"] == nproc
+        assert ar["wire_bytes"] == pytest.approx(2 * (nproc - 1) / nproc * steps * param_bytes)
+
+
+@pytest.mark.parametrize("nproc", [2, 3, 4])
+def test_fsdp_gathers_twice_and_reduce_scatters_once(runs, nproc):
+    rec = runs("fsdp", "--nproc", str(nproc), *STEPS3)
+    steps = rec["comm"]["steps"]
+    padded = 4 * sum(padded_numel(s, nproc) for s in param_shapes())
+    for rank in range(nproc):
+        led = ops(rec, rank)
+        assert led[("all_gather", "shard")]["bytes"] == 2 * steps * padded  # forward, and backward re-gather
+        assert led[("reduce_scatter", "shard")]["bytes"] == steps * padded
+        assert led[("all_gather", "shard")]["wire_bytes"] == pytest.approx((nproc - 1) / nproc * 2 * steps * padded)
+
+
+def test_hsdp_adds_replica_all_reduce_of_the_shard(runs):
+    rec = runs("hsdp", "--nproc", "4", "--set", "micro_batch=4", *STEPS3)
+    steps = rec["comm"]["steps"]
+    padded = 4 * sum(padded_numel(s, 2) for s in param_shapes())
+    led = ops(rec)
+    assert rec["parallel"]["mesh"] == {"replicate": 2, "shard": 2}
+    assert led[("all_gather", "shard")]["bytes"] == 2 * steps * padded
+    assert led[("reduce_scatter", "shard")]["bytes"] == steps * padded
+    assert led[("all_reduce", "replicate")]["bytes"] == steps * padded // 2
+
+
+def test_same_loss_under_ddp_fsdp_hsdp(runs):
+    ddp = runs("ddp", "--nproc", "2", *STEPS3)
+    fsdp = runs("fsdp", "--nproc", "2", *STEPS3)
+    hsdp = runs("hsdp", "--nproc", "4", "--set", "micro_batch=4", *STEPS3)
+    for rec in (fsdp, hsdp):
+        assert rec["parallel"]["global_batch_tokens"] == ddp["parallel"]["global_batch_tokens"] == 2048
+        assert [p["step"] for p in rec["curve"]] == [p["step"] for p in ddp["curve"]]
+        for a, b in zip(ddp["curve"], rec["curve"]):
+            assert b["train_loss"] == pytest.approx(a["train_loss"], abs=1e-4)
+            if a["val_loss"] is not None:
+                assert b["val_loss"] == pytest.approx(a["val_loss"], abs=1e-4)
+    assert ddp["curve"][-1]["train_loss"] < ddp["curve"][0]["train_loss"]
+
+
+def test_fsdp_state_is_one_nth_and_peak_lower(runs):
+    ddp = runs("ddp", "--nproc", "2", *STEPS3)
+    fsdp = runs("fsdp", "--nproc", "2", *STEPS3)
+    for d, f in zip(ddp["memory"]["per_rank"], fsdp["memory"]["per_rank"]):
+        assert f["state_bytes"] * 2 == pytest.approx(d["state_bytes"], rel=0.01)
+        assert f["params"] * 2 == pytest.approx(d["params"], rel=0.01)
+        assert f["peak_bytes"] < d["peak_bytes"]
+        assert sum(f[k] for k in ("params", "grads", "optimizer", "activations", "other")) == f["peak_bytes"]
+        assert f["rss_peak_bytes"] > 0
+
+
+def test_flops_match_six_n_t_plus_attention(runs):
+    rec = runs("ddp", "--nproc", "2", *STEPS3)
+    cfg = rec["model"]["config"]
+    model = models.build_model("llama-tiny")
+    n_blocks = sum(p.numel() for b in models.blocks_of(model) for p in b.parameters() if p.ndim >= 2)
+    expected = transformer_step_flops(n_blocks, cfg["n_layers"], cfg["dim"], 128, rec["totals"]["tokens"],
+                                      cfg["vocab_size"])
+    assert rec["totals"]["flops"] == pytest.approx(expected, rel=0.02)
+    assert rec["totals"]["hardware_flops"] == rec["totals"]["flops"]
+
+
+def test_activation_checkpointing_same_losses_less_activation_memory(runs):
+    for method in ("ddp", "fsdp"):
+        plain = runs(method, "--nproc", "2", *STEPS3)
+        ac = runs(method, "--nproc", "2", "--ac", *STEPS3)
+        assert [p["train_loss"] for p in ac["curve"]] == pytest.approx(
+            [p["train_loss"] for p in plain["curve"]], abs=1e-6)
+        assert ac["memory"]["per_rank"][0]["activations"] < 0.7 * plain["memory"]["per_rank"][0]["activations"]
+        assert ac["totals"]["hardware_flops"] > ac["totals"]["flops"] == plain["totals"]["flops"]
+
+
+def test_bf16_halves_fsdp_gather_bytes_and_still_learns(runs):
+    fp32 = runs("fsdp", "--nproc", "2", *STEPS3)
+    bf16 = runs("fsdp", "--nproc", "2", "--precision", "bf16", *STEPS3)
+    assert ops(bf16)[("all_gather", "shard")]["bytes"] * 2 == ops(fp32)[("all_gather", "shard")]["bytes"]
+    assert ops(bf16)[("reduce_scatter", "shard")]["bytes"] == ops(fp32)[("reduce_scatter", "shard")]["bytes"]
+    ddp = runs("ddp", "--nproc", "2", "--precision", "bf16", *STEPS3)
+    for rec in (bf16, ddp):
+        assert rec["curve"][-1]["train_loss"] == pytest.approx(fp32["curve"][-1]["train_loss"], abs=0.1)
+
+
+def test_record_fields_and_progress(runs):
+    rec = runs("ddp", "--nproc", "2", *STEPS3)
+    assert rec["status"] == "complete" and rec["provenance"] == "measured"
+    assert rec["totals"]["steps"] == 3 and rec["totals"]["tokens"] == 6144
+    assert rec["protocol"] == {**rec["protocol"], "kind": "tokens", "budget": 6144, "reached": True}
+    assert rec["throughput"]["tokens_per_s"] > 0 and rec["env"]["backend"] == "gloo"
+    assert rec["command"].startswith("python -m suite run ddp")
+    assert "step 3" in rec["_stderr"] and "tok/s" in rec["_stderr"]
+
+
+def test_same_seed_same_curve_bit_for_bit_also_under_users_torchrun(runs, tmp_path):
+    first = runs("ddp", "--nproc", "2", *STEPS3)
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "suite",
+         "run", "ddp", *STEPS3, *TINY, "--results", str(tmp_path)],
+        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    second = read_record(proc.stdout.strip().splitlines()[-1])
+    key = [(p["step"], p["train_loss"], p["val_loss"]) for p in first["curve"]]
+    assert key == [(p["step"], p["train_loss"], p["val_loss"]) for p in second["curve"]]
+
+
+def test_flops_time_and_target_budgets(runs):
+    by_flops = runs("ddp", "--nproc", "2", "--flops", "1e11")
+    per_step = by_flops["totals"]["flops"] / by_flops["totals"]["steps"]
+    assert by_flops["totals"]["flops"] >= 1e11 > by_flops["totals"]["flops"] - per_step
+    by_time = runs("ddp", "--nproc", "2", "--time", "3")
+    assert by_time["totals"]["wall_s"] >= 3 and by_time["protocol"]["kind"] == "time"
+    reached = runs("ddp", "--nproc", "2", "--target", "9.0", "--max-tokens", "20000")
+    assert reached["protocol"]["reached"] is True and reached["totals"]["steps"] == 2
+    missed = runs("ddp", "--nproc", "2", "--target", "0.01", "--max-tokens", "6144")
+    assert missed["protocol"]["reached"] is False and missed["status"] == "complete"
+    assert missed["totals"]["tokens"] == 6144
+
+
+def test_a_run_that_dies_leaves_a_failed_record(runs):
+    rec = runs("test-fail", "--nproc", "2", *STEPS3, env={"SUITE_METHOD_MODULES": "tests.failing_method"},
+               expect_ok=False)
+    assert rec["status"] == "failed"
+    assert "injected failure at step 2" in rec["error"]
