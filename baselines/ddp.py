@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from typing import Callable
 
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
@@ -12,7 +12,6 @@ from torch.nn.parallel import DistributedDataParallel
 from baselines import precision
 from baselines.checkpointing import apply_activation_checkpointing
 from suite.strategy import Context, Strategy, register
-
 
 # Buffers here are constants (RoPE tables) or running statistics read only by rank 0's evaluation;
 # broadcasting them every forward would add traffic that is not DDP's gradient all-reduce. The flag

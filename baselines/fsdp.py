@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from contextlib import AbstractContextManager, contextmanager
-from typing import Callable
 
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.optim.lr_scheduler import LRScheduler
 
 from suite.config import RunConfig
 
@@ -28,7 +29,7 @@ def param_groups(model: nn.Module) -> dict[str, list[nn.Parameter]]:
     return groups
 
 
-def build_optimizer(model: nn.Module, cfg: RunConfig) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+def build_optimizer(model: nn.Module, cfg: RunConfig) -> tuple[torch.optim.Optimizer, LRScheduler]:
     check(cfg.optimizer)
     groups = param_groups(model)
     opt = torch.optim.AdamW(

@@ -22,15 +22,25 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from suite.report import build_report  # noqa: E402
-from tests.report_fixtures import make_record  # noqa: E402
+from suite.report import build_report
+from tests.report_fixtures import make_record
 
 N_RECORDS = 1000
 ARMS = {
     "harness": [("ddp", {}), ("fsdp", {}), ("hsdp", {})],
-    "sdp": [("ddp", {}), ("b-sdp", {"C": 0.5}), ("b-sdp", {"C": 0.75}), ("n-sdp", {"C": 0.5}), ("bb-sdp", {"C": 0.375})],
+    "sdp": [
+        ("ddp", {}),
+        ("b-sdp", {"C": 0.5}),
+        ("b-sdp", {"C": 0.75}),
+        ("n-sdp", {"C": 0.5}),
+        ("bb-sdp", {"C": 0.375}),
+    ],
     "fl-fsdp": [("fsdp", {}), ("hsdp", {}), ("fl-fsdp", {"F": 8}), ("fl-hsdp", {"F": 8})],
-    "dion": [("ddp", {"optimizer": "adamw"}), ("ddp-muon", {"optimizer": "muon"}), ("ddp-dion", {"optimizer": "dion", "rank": 0.25})],
+    "dion": [
+        ("ddp", {"optimizer": "adamw"}),
+        ("ddp-muon", {"optimizer": "muon"}),
+        ("ddp-dion", {"optimizer": "dion", "rank": 0.25}),
+    ],
 }
 
 
@@ -40,10 +50,31 @@ def templates() -> list[dict]:
     for reproduction, arms in ARMS.items():
         for i, (method, variant) in enumerate(arms):
             for world_size in (2, 4):
-                out.append(make_record(method, 0, reproduction=reproduction, variant=variant, world_size=world_size,
-                                       steps=50, quality=0.05 * i, speed=1 + 0.1 * i, memory_scale=1 - 0.1 * i))
-            out.append(make_record(method, 0, reproduction=reproduction, variant=variant, world_size=8, steps=2,
-                                   provenance="estimated", memory_scale=1 - 0.1 * i))
+                out.append(
+                    make_record(
+                        method,
+                        0,
+                        reproduction=reproduction,
+                        variant=variant,
+                        world_size=world_size,
+                        steps=50,
+                        quality=0.05 * i,
+                        speed=1 + 0.1 * i,
+                        memory_scale=1 - 0.1 * i,
+                    )
+                )
+            out.append(
+                make_record(
+                    method,
+                    0,
+                    reproduction=reproduction,
+                    variant=variant,
+                    world_size=8,
+                    steps=2,
+                    provenance="estimated",
+                    memory_scale=1 - 0.1 * i,
+                )
+            )
     return out
 
 

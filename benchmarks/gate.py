@@ -15,10 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Sequence
 
 from benchmarks.pairs import PAIRS, Pair
 
@@ -71,14 +71,10 @@ def covered_pairs(bench: dict, pairs: Sequence[Pair]) -> list[Pair]:
 
 
 def measured_ratios(bench: dict, pairs: Sequence[Pair]) -> dict[str, float | None]:
-    """Method tokens/s over baseline tokens/s per covered pair; None where either was not measured."""
-    tps = {b["extra_info"]["config"]: b["extra_info"].get("tokens_per_s")
-           for b in bench["benchmarks"] if "config" in b.get("extra_info", {})}
-    out: dict[str, float | None] = {}
-    for pair in covered_pairs(bench, pairs):
-        method, baseline = tps.get(pair.method.key), tps.get(pair.baseline.key)
-        out[pair.name] = method / baseline if method and baseline else None
-    return out
+    """Each covered pair's ratio (method tokens/s over baseline tokens/s); None where it was not measured."""
+    ratios = {b["extra_info"]["pair"]: b["extra_info"]["ratio"]
+              for b in bench["benchmarks"] if "pair" in b.get("extra_info", {})}
+    return {pair.name: ratios.get(pair.name) for pair in covered_pairs(bench, pairs)}
 
 
 def judge(pair: Pair, measured: float | None, reference: dict | None) -> Row:
@@ -130,7 +126,7 @@ def reference_from(bench: dict, pairs: Sequence[Pair] = PAIRS, command: str = RE
     if missing:
         raise ValueError(f"pair {missing[0]!r} was not measured in this run; refresh the reference from a full "
                          "run (`nox -s bench`, without --short)")
-    tps = {b["extra_info"]["config"]: b["extra_info"]["tokens_per_s"] for b in bench["benchmarks"]}
+    info = {b["extra_info"]["pair"]: b["extra_info"] for b in bench["benchmarks"] if "pair" in b["extra_info"]}
     machine = bench.get("machine_info", {})
     return {
         "command": command,
@@ -140,8 +136,8 @@ def reference_from(bench: dict, pairs: Sequence[Pair] = PAIRS, command: str = RE
         "machine": {"cpu": machine.get("cpu", {}).get("brand_raw"), "cores": machine.get("cpu", {}).get("count"),
                     "python": machine.get("python_version")},
         "pairs": {p.name: {"ratio": ratios[p.name], "method": p.method.key, "baseline": p.baseline.key,
-                           "method_tokens_per_s": tps[p.method.key], "baseline_tokens_per_s": tps[p.baseline.key]}
-                  for p in pairs},
+                           "method_tokens_per_s": info[p.name]["method"]["tokens_per_s"],
+                           "baseline_tokens_per_s": info[p.name]["baseline"]["tokens_per_s"]} for p in pairs},
     }
 
 

@@ -1,9 +1,14 @@
-"""One measurement: launch a configuration through the harness and read its run record back.
+"""Measuring a pair: launch its baseline and its method one after the other and read their records.
 
-A launch's wall time is mostly start-up (every worker imports torch: 8-10 s here), which no method
-changes. So the time pytest-benchmark reports for a configuration is the record's own mean step time
-(after warm-up, metered steps excluded): STEP_CLOCK is the benchmarks' timer, and a launch moves it
-by exactly that step time. The launch's wall time is kept in extra_info as `launch_s`.
+The load of a shared machine drifts over minutes (here: 750 to 1,250 tokens/s for the same DDP run
+within five minutes, while two adjacent launches stayed within 6% of each other), so a ratio is only
+taken from adjacent launches: a pair reuses the previous launch when it is one of its two
+configurations, and otherwise launches both.
+
+A launch's wall time is mostly start-up (every worker imports torch), which no method changes. So the
+time pytest-benchmark reports for a pair is the method's mean step time from its record (after
+warm-up, metered steps excluded): STEP_CLOCK is the benchmarks' timer, and measuring a pair moves it
+by exactly that time. Each launch's wall time stays in extra_info as `launch_s`.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from benchmarks.pairs import Config
+from benchmarks.pairs import Config, Pair
 from suite.launch import launch
 from suite.records import read_record, summary_row
 
@@ -31,8 +36,8 @@ class RecordClock:
 STEP_CLOCK = RecordClock()
 
 
-def measure(config: Config, results: Path, clock: RecordClock = STEP_CLOCK) -> dict:
-    """Launch `config` once; returns what the gate and readers need (the benchmark's extra_info)."""
+def measure(config: Config, results: Path) -> dict:
+    """Launch `config` once: its throughput, bytes per step and peak memory from its record."""
     start = time.perf_counter()
     path = launch(config.run_config(results))
     launch_s = time.perf_counter() - start
@@ -41,11 +46,8 @@ def measure(config: Config, results: Path, clock: RecordClock = STEP_CLOCK) -> d
         raise RuntimeError(f"benchmark {config.key}: the run ended {rec['status']} ({rec.get('error')}); "
                            f"its record is {path}")
     throughput, row = rec["throughput"], summary_row(rec)
-    clock.now += throughput["step_s"]
     return {
         "config": config.key,
-        "method": config.method,
-        "nproc": config.nproc,
         "tokens_per_s": throughput["tokens_per_s"],
         "step_s": throughput["step_s"],
         "timed_steps": throughput["timed_steps"],
@@ -54,3 +56,29 @@ def measure(config: Config, results: Path, clock: RecordClock = STEP_CLOCK) -> d
         "launch_s": launch_s,
         "run_id": rec["run_id"],
     }
+
+
+class PairMeter:
+    """Measures pairs in turn, reusing the last launch when a pair needs that configuration again."""
+
+    def __init__(self, results: Path, clock: RecordClock = STEP_CLOCK) -> None:
+        self.results, self.clock = results, clock
+        self.last: dict | None = None
+
+    def _reuse_or_measure(self, config: Config) -> dict:
+        if self.last is not None and self.last["config"] == config.key:
+            return {**self.last, "reused": True}
+        self.last = measure(config, self.results)
+        return self.last
+
+    def __call__(self, pair: Pair) -> dict:
+        """The pair's ratio (method tokens/s over baseline tokens/s) and both measurements."""
+        if self.last is not None and self.last["config"] == pair.method.key:
+            method = self._reuse_or_measure(pair.method)
+            baseline = self._reuse_or_measure(pair.baseline)
+        else:
+            baseline = self._reuse_or_measure(pair.baseline)
+            method = self._reuse_or_measure(pair.method)
+        self.clock.now += method["step_s"]
+        return {"pair": pair.name, "ratio": method["tokens_per_s"] / baseline["tokens_per_s"],
+                "tolerance": pair.tolerance, "method": method, "baseline": baseline}

@@ -1,26 +1,25 @@
-"""Throughput of every configuration in benchmarks/pairs.py, one launch each, in one pytest-benchmark run.
+"""Throughput of every pair in benchmarks/pairs.py (a method and its baseline) in one pytest-benchmark run.
 
     pytest benchmarks/test_throughput.py -m bench --benchmark-json results/bench/latest.json [--short]
 
-`nox -s bench` runs exactly this; `python -m benchmarks.gate` turns the JSON into ratios and a verdict.
+`nox -s bench` runs exactly this; `python -m benchmarks.gate` judges the ratios in the JSON.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks.measure import STEP_CLOCK, measure
-from benchmarks.pairs import Config, configs_of, selected
+from benchmarks.measure import STEP_CLOCK, PairMeter
+from benchmarks.pairs import Pair, selected
 
 pytestmark = [pytest.mark.bench, pytest.mark.benchmark(group="throughput", timer=STEP_CLOCK)]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "config" in metafunc.fixturenames:
-        configs = configs_of(selected(metafunc.config.getoption("short")))
-        metafunc.parametrize("config", configs, ids=[c.key for c in configs])
+    if "pair" in metafunc.fixturenames:
+        pairs = selected(metafunc.config.getoption("short"))
+        metafunc.parametrize("pair", pairs, ids=[p.name for p in pairs])
 
 
-def test_throughput(benchmark, config: Config, tmp_path) -> None:
-    info = benchmark.pedantic(measure, args=(config, tmp_path), rounds=1, iterations=1)
-    benchmark.extra_info.update(info)
+def test_throughput(benchmark, pair: Pair, pair_meter: PairMeter) -> None:
+    benchmark.extra_info.update(benchmark.pedantic(pair_meter, args=(pair,), rounds=1, iterations=1))

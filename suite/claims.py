@@ -6,6 +6,10 @@ those samples with the paper's value (ratio and mechanism claims: within a state
 the baseline's seeds (quality claims: one-sided Welch t-tests at ALPHA). Measured runs are preferred to
 estimated or simulated ones, the kinds are never pooled, and the kind used is carried into the verdict.
 
+Metrics (METRICS; add one with @metric): `ratio` (method / baseline of a summary field, paired by
+seed), `value` (a field of one arm, for mechanism claims) and `quality` (a field of both arms, unpaired).
+A `field` is a column of `claim_frame`: a summary field or `evals.<name>`.
+
 claims.yaml is a list of claims (or a mapping with a `claims:` list), each a mapping like:
 
     id: sdp-1b-memory
@@ -30,10 +34,11 @@ import inspect
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -47,6 +52,10 @@ PROTOCOLS = ("tokens", "flops", "time", "target")
 # The order in which evidence is preferred; a verdict uses the first kind that has runs of the claim.
 EVIDENCE = ("measured (gpu)", "measured (cpu)", "estimated", "simulated")
 _REQUIREMENT = re.compile(r"^(cuda|network|world_size>=([1-9][0-9]*))$")
+
+
+class ClaimsError(ValueError):
+    """A claims.yaml that cannot be read or breaks the format; the message names the file, claim and field."""
 
 
 def evidence_label(provenance: str, device: str) -> str:
@@ -108,6 +117,10 @@ class Verdict:
     scale: str = ""
     run_ids: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict {self.verdict!r} is not one of {VERDICTS}")
+
 
 @dataclass(frozen=True)
 class Samples:
@@ -149,7 +162,9 @@ def _per_seed(rows: pd.DataFrame, field_name: str) -> pd.Series:
     if field_name not in rows.columns:
         if field_name.startswith("evals."):
             return pd.Series(dtype=float)
-        raise ValueError(f"metric field {field_name!r} is not a summary field; use one of {sorted(rows.columns)}")
+        raise ClaimsError(
+            f"metric field {field_name!r} is not a summary field; use one of {sorted(rows.columns)}"
+        )
     if rows.empty:
         return pd.Series(dtype=float)
     values = pd.to_numeric(rows[field_name], errors="coerce")
@@ -162,8 +177,15 @@ def _finite(values: pd.Series) -> np.ndarray:
 
 
 @metric("ratio")
-def ratio(df: pd.DataFrame, field: str, method: str, baseline: str, variant: dict | None = None,
-          baseline_variant: dict | None = None, model: str | None = None) -> Samples:
+def ratio(
+    df: pd.DataFrame,
+    field: str,
+    method: str,
+    baseline: str,
+    variant: dict | None = None,
+    baseline_variant: dict | None = None,
+    model: str | None = None,
+) -> Samples:
     """method / baseline of `field`, paired by seed (a seed fixes initialisation and data order)."""
     mine = _arm(df, method, variant, model)
     theirs = _arm(df, baseline, baseline_variant, model)
@@ -174,20 +196,34 @@ def ratio(df: pd.DataFrame, field: str, method: str, baseline: str, variant: dic
 
 
 @metric("value")
-def value(df: pd.DataFrame, field: str, method: str, variant: dict | None = None, model: str | None = None) -> Samples:
+def value(
+    df: pd.DataFrame, field: str, method: str, variant: dict | None = None, model: str | None = None
+) -> Samples:
     """`field` of one arm, per seed."""
     rows = _arm(df, method, variant, model)
     return Samples(_finite(_per_seed(rows, field)), rows)
 
 
 @metric("quality")
-def quality(df: pd.DataFrame, field: str, method: str, baseline: str, better: str, variant: dict | None = None,
-            baseline_variant: dict | None = None, model: str | None = None) -> Samples:
+def quality(
+    df: pd.DataFrame,
+    field: str,
+    method: str,
+    baseline: str,
+    better: str,
+    variant: dict | None = None,
+    baseline_variant: dict | None = None,
+    model: str | None = None,
+) -> Samples:
     """`field` of the method's seeds and of the baseline's seeds, unpaired (compared by Welch's test)."""
     mine = _arm(df, method, variant, model)
     theirs = _arm(df, baseline, baseline_variant, model)
-    return Samples(_finite(_per_seed(mine, field)), pd.concat([mine, theirs]),
-                   baseline=_finite(_per_seed(theirs, field)), better=better)
+    return Samples(
+        _finite(_per_seed(mine, field)),
+        pd.concat([mine, theirs]),
+        baseline=_finite(_per_seed(theirs, field)),
+        better=better,
+    )
 
 
 @dataclass(frozen=True)
@@ -199,7 +235,7 @@ class Environment:
     inter_node: bool = False
 
     @classmethod
-    def of(cls, df: pd.DataFrame) -> "Environment":
+    def of(cls, df: pd.DataFrame) -> Environment:
         if df.empty:
             return cls()
         return cls(frozenset(df["device"]), int(df["world_size"].max()), bool(df["inter_node"].any()))
@@ -237,8 +273,9 @@ def claim_frame(records: list[dict]) -> pd.DataFrame:
     df["evidence"] = [evidence_label(p, d) for p, d in zip(df["provenance"], df["device"])]
     df["device_name"] = [r["env"]["device_name"] for r in records]
     df["inter_node"] = [_crosses_nodes(r) for r in records]
-    evals = pd.DataFrame([{f"evals.{k}": _eval_value(v) for k, v in r["evals"].items()} for r in records],
-                         index=df.index)
+    evals = pd.DataFrame(
+        [{f"evals.{k}": _eval_value(v) for k, v in r["evals"].items()} for r in records], index=df.index
+    )
     return pd.concat([df, evals], axis=1)
 
 
@@ -256,8 +293,11 @@ def evaluate(claim: Claim, df: pd.DataFrame, env: Environment | None = None) -> 
     env = env or Environment.of(df)
     unmet = [r for r in claim.requires if not env.meets(r)]
     if unmet:
-        return Verdict("not testable here", reason=f"needs {', '.join(unmet)}; the records have {env.describe()}. "
-                                                    f"What would test it: {claim.what_would_test}")
+        return Verdict(
+            "not testable here",
+            reason=f"needs {', '.join(unmet)}; the records have {env.describe()}. "
+            f"What would test it: {claim.what_would_test}",
+        )
     samples, label = _samples(claim, df)
     if samples is None:
         where = f" under the {claim.protocol} protocol" if claim.protocol else ""
@@ -266,11 +306,25 @@ def evaluate(claim: Claim, df: pd.DataFrame, env: Environment | None = None) -> 
     measured = float(np.mean(samples.values)) if len(samples.values) else None
     spread = float(np.std(samples.values, ddof=1)) if len(samples.values) > 1 else None
     paper = claim.paper_range
-    ratio_to_paper = measured / paper[0] if measured is not None and paper and paper[0] == paper[1] and paper[0] else None
-    base = dict(measured=measured, spread=spread, n_seeds=n, ratio_to_paper=ratio_to_paper, provenance=label,
-                hardware=_hardware(samples.rows), scale=_scale(samples.rows), run_ids=tuple(samples.rows["run_id"]))
+    ratio_to_paper = (
+        measured / paper[0] if measured is not None and paper and paper[0] == paper[1] and paper[0] else None
+    )
+    base = {
+        "measured": measured,
+        "spread": spread,
+        "n_seeds": n,
+        "ratio_to_paper": ratio_to_paper,
+        "provenance": label,
+        "hardware": _hardware(samples.rows),
+        "scale": _scale(samples.rows),
+        "run_ids": tuple(samples.rows["run_id"]),
+    }
     if n < claim.seeds_needed:
-        verdict, reason, p = "inconclusive", f"{n} seed(s) of {_arms(claim)}; the claim needs {claim.seeds_needed}", None
+        verdict, reason, p = (
+            "inconclusive",
+            f"{n} seed(s) of {_arms(claim)}; the claim needs {claim.seeds_needed}",
+            None,
+        )
     elif claim.kind == "quality":
         verdict, reason, p = _judge_quality(claim, samples)
         base["baseline"] = float(np.mean(samples.baseline))
@@ -308,7 +362,11 @@ def _judge_band(claim: Claim, measured: float) -> tuple[str, str, None]:
     low, high = low - claim.tolerance, high + claim.tolerance
     inside = low <= measured <= high
     band = f"[{low:.4g}, {high:.4g}] (paper value ± tolerance {claim.tolerance:g})"
-    return ("reproduced" if inside else "not reproduced"), f"measured {measured:.4g} {'inside' if inside else 'outside'} {band}", None
+    return (
+        ("reproduced" if inside else "not reproduced"),
+        f"measured {measured:.4g} {'inside' if inside else 'outside'} {band}",
+        None,
+    )
 
 
 def _judge_quality(claim: Claim, samples: Samples) -> tuple[str, str, float | None]:
@@ -320,23 +378,43 @@ def _judge_quality(claim: Claim, samples: Samples) -> tuple[str, str, float | No
     sign = 1.0 if samples.better == "lower" else -1.0
     mine, theirs = sign * samples.values - claim.tolerance, sign * samples.baseline
     gap = float(np.mean(samples.values) - np.mean(samples.baseline))
-    words = f"mean {claim.metric['field']} {np.mean(samples.values):.4g} vs baseline {np.mean(samples.baseline):.4g} " \
-            f"(difference {gap:+.4g}, {samples.better} is better, margin {claim.tolerance:g})"
+    words = (
+        f"mean {claim.metric['field']} {np.mean(samples.values):.4g} vs baseline {np.mean(samples.baseline):.4g} "
+        f"(difference {gap:+.4g}, {samples.better} is better, margin {claim.tolerance:g})"
+    )
     if np.ptp(mine) == 0 and np.ptp(theirs) == 0:
         if mine[0] == theirs[0]:
-            return "inconclusive", f"{words}; every seed gives the same value, so no test separates them", None
-        return ("reproduced" if mine[0] < theirs[0] else "not reproduced"), f"{words}; no spread over seeds", None
+            return (
+                "inconclusive",
+                f"{words}; every seed gives the same value, so no test separates them",
+                None,
+            )
+        return (
+            ("reproduced" if mine[0] < theirs[0] else "not reproduced"),
+            f"{words}; no spread over seeds",
+            None,
+        )
     p_ok = float(stats.ttest_ind(mine, theirs, equal_var=False, alternative="less").pvalue)
     if p_ok < ALPHA:
         return "reproduced", f"{words}; one-sided Welch t-test p = {p_ok:.3g} < {ALPHA}", p_ok
     p_bad = float(stats.ttest_ind(mine, theirs, equal_var=False, alternative="greater").pvalue)
     if p_bad < ALPHA:
-        return "not reproduced", f"{words}; worse than the baseline, one-sided Welch t-test p = {p_bad:.3g} < {ALPHA}", p_bad
-    return "inconclusive", f"{words}; noise too large (one-sided Welch t-test p = {p_ok:.3g} >= {ALPHA})", p_ok
+        return (
+            "not reproduced",
+            f"{words}; worse than the baseline, one-sided Welch t-test p = {p_bad:.3g} < {ALPHA}",
+            p_bad,
+        )
+    return (
+        "inconclusive",
+        f"{words}; noise too large (one-sided Welch t-test p = {p_ok:.3g} >= {ALPHA})",
+        p_ok,
+    )
 
 
 def _hardware(rows: pd.DataFrame) -> str:
-    return ", ".join(sorted({d if n == d else f"{d} ({n})" for d, n in zip(rows["device"], rows["device_name"])}))
+    return ", ".join(
+        sorted({d if n == d else f"{d} ({n})" for d, n in zip(rows["device"], rows["device_name"])})
+    )
 
 
 def _scale(rows: pd.DataFrame) -> str:
@@ -346,21 +424,23 @@ def _scale(rows: pd.DataFrame) -> str:
 
 
 def load_claims(path: str | Path) -> list[Claim]:
-    """Read and validate a claims.yaml; ValueError names the file, the claim and the bad field."""
+    """Read and validate a claims.yaml; ClaimsError names the file, the claim and the bad field."""
     path = Path(path)
     try:
         doc = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark else ""
-        raise ValueError(f"{path}: not valid YAML{line}: {getattr(err, 'problem', err)}") from None
+        raise ClaimsError(f"{path}: not valid YAML{line}: {getattr(err, 'problem', err)}") from None
     entries = doc.get("claims") if isinstance(doc, dict) else doc
     if not isinstance(entries, list):
-        raise ValueError(f"{path}: expected a list of claims (or a mapping with a 'claims' list)")
+        raise ClaimsError(f"{path}: expected a list of claims (or a mapping with a 'claims' list)")
     claims = [_claim(entry, f"{path}: claims[{i}]") for i, entry in enumerate(entries)]
     ids = [c.id for c in claims]
     if len(set(ids)) != len(ids):
-        raise ValueError(f"{path}: claim ids must be unique; repeated: {sorted({i for i in ids if ids.count(i) > 1})}")
+        raise ClaimsError(
+            f"{path}: claim ids must be unique; repeated: {sorted({i for i in ids if ids.count(i) > 1})}"
+        )
     return claims
 
 
@@ -372,45 +452,74 @@ def claims_for(reproduction: str) -> list[Claim]:
 
 def _claim(entry: Any, where: str) -> Claim:
     if not isinstance(entry, dict):
-        raise ValueError(f"{where}: a claim is a mapping of fields, found {type(entry).__name__}")
+        raise ClaimsError(f"{where}: a claim is a mapping of fields, found {type(entry).__name__}")
     where = f"{where} ({entry.get('id', '?')})"
 
     def need(name: str, kind: type | tuple, default: Any = ...) -> Any:
         if name not in entry or entry[name] is None:
             if default is ...:
-                raise ValueError(f"{where}.{name}: missing")
+                raise ClaimsError(f"{where}.{name}: missing")
             return default
-        if not isinstance(entry[name], kind) or isinstance(entry[name], bool) and kind is not bool:
-            raise ValueError(f"{where}.{name}: expected {getattr(kind, '__name__', kind)}, found {entry[name]!r}")
+        if not isinstance(entry[name], kind) or isinstance(entry[name], bool):
+            wanted = "a number" if isinstance(kind, tuple) else f"a {kind.__name__}"
+            raise ClaimsError(f"{where}.{name}: expected {wanted}, found {entry[name]!r}")
         return entry[name]
 
-    known = {"id", "statement", "paper_value", "unit", "source", "source_status", "metric", "protocol", "kind",
-             "tolerance", "seeds_needed", "requires", "what_would_test", "command"}
+    known = {
+        "id",
+        "statement",
+        "paper_value",
+        "unit",
+        "source",
+        "source_status",
+        "metric",
+        "protocol",
+        "kind",
+        "tolerance",
+        "seeds_needed",
+        "requires",
+        "what_would_test",
+        "command",
+    }
     if unknown := sorted(set(entry) - known):
-        raise ValueError(f"{where}.{unknown[0]}: unknown field; claims take {sorted(known)}")
+        raise ClaimsError(f"{where}.{unknown[0]}: unknown field; claims take {sorted(known)}")
     kind = need("kind", str)
     if kind not in KINDS:
-        raise ValueError(f"{where}.kind: {kind!r} is not one of {KINDS}")
+        raise ClaimsError(f"{where}.kind: {kind!r} is not one of {KINDS}")
     protocol = need("protocol", str, None)
     if protocol is not None and protocol not in PROTOCOLS:
-        raise ValueError(f"{where}.protocol: {protocol!r} is not one of {PROTOCOLS}")
+        raise ClaimsError(f"{where}.protocol: {protocol!r} is not one of {PROTOCOLS}")
     requires = tuple(need("requires", list, []))
     if bad := [r for r in requires if not isinstance(r, str) or not _REQUIREMENT.match(r)]:
-        raise ValueError(f"{where}.requires: {bad[0]!r} is not cuda, network or world_size>=N")
+        raise ClaimsError(f"{where}.requires: {bad[0]!r} is not cuda, network or world_size>=N")
     what_would_test = need("what_would_test", str, "")
     if requires and not what_would_test.strip():
-        raise ValueError(f"{where}.what_would_test: missing; a claim with requires must say what would test it")
+        raise ClaimsError(
+            f"{where}.what_would_test: missing; a claim with requires must say what would test it"
+        )
     seeds_needed = need("seeds_needed", int, 3 if kind == "quality" else 1)
     if seeds_needed < (3 if kind == "quality" else 1):
-        raise ValueError(f"{where}.seeds_needed: {seeds_needed} is too few; a quality claim needs at least 3 seeds per arm, others 1")
+        raise ClaimsError(
+            f"{where}.seeds_needed: {seeds_needed} is too few; a quality claim needs at least 3 seeds per arm, others 1"
+        )
     tolerance = need("tolerance", (int, float), 0.0 if kind == "quality" else ...)
     if not math.isfinite(tolerance) or tolerance < 0:
-        raise ValueError(f"{where}.tolerance: must be a finite number >= 0, found {tolerance!r}")
+        raise ClaimsError(f"{where}.tolerance: must be a finite number >= 0, found {tolerance!r}")
     return Claim(
-        id=need("id", str), statement=need("statement", str), paper_value=_paper_value(entry, kind, where),
-        unit=need("unit", str, ""), source=_source(need("source", dict), where), source_status=need("source_status", str),
-        metric=_metric(need("metric", dict), kind, where), protocol=protocol, kind=kind, tolerance=float(tolerance),
-        seeds_needed=seeds_needed, requires=requires, what_would_test=what_would_test, command=need("command", str),
+        id=need("id", str),
+        statement=need("statement", str),
+        paper_value=_paper_value(entry, kind, where),
+        unit=need("unit", str, ""),
+        source=_source(need("source", dict), where),
+        source_status=need("source_status", str),
+        metric=_metric(need("metric", dict), kind, where),
+        protocol=protocol,
+        kind=kind,
+        tolerance=float(tolerance),
+        seeds_needed=seeds_needed,
+        requires=requires,
+        what_would_test=what_would_test,
+        command=need("command", str),
     )
 
 
@@ -419,20 +528,26 @@ def _paper_value(entry: dict, kind: str, where: str) -> float | tuple[float, flo
     number = (int, float)
     if isinstance(value, number) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
-    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, number) and not isinstance(v, bool) for v in value) \
-            and value[0] <= value[1]:
+    if (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(isinstance(v, number) and not isinstance(v, bool) for v in value)
+        and value[0] <= value[1]
+    ):
         return (float(value[0]), float(value[1]))
     if isinstance(value, str) and value.strip() and kind == "quality":
         return value
     wanted = "a number, [low, high] or text" if kind == "quality" else "a number or [low, high]"
-    raise ValueError(f"{where}.paper_value: a {kind} claim needs {wanted}, found {value!r}")
+    raise ClaimsError(f"{where}.paper_value: a {kind} claim needs {wanted}, found {value!r}")
 
 
 def _source(source: dict, where: str) -> Source:
     if unknown := sorted(set(source) - {"paper", "table", "version"}):
-        raise ValueError(f"{where}.source.{unknown[0]}: unknown field; a source has paper, table (or figure), version")
+        raise ClaimsError(
+            f"{where}.source.{unknown[0]}: unknown field; a source has paper, table (or figure), version"
+        )
     if not isinstance(source.get("paper"), str) or not source["paper"].strip():
-        raise ValueError(f"{where}.source.paper: missing")
+        raise ClaimsError(f"{where}.source.paper: missing")
     return Source(source["paper"], _text(source.get("table")), _text(source.get("version")))
 
 
@@ -443,18 +558,26 @@ def _text(value: Any) -> str | None:
 def _metric(spec: dict, kind: str, where: str) -> dict[str, Any]:
     name = spec.get("name")
     if name not in METRICS:
-        raise ValueError(f"{where}.metric.name: {name!r} is not a registered metric; use one of {sorted(METRICS)}")
+        raise ClaimsError(
+            f"{where}.metric.name: {name!r} is not a registered metric; use one of {sorted(METRICS)}"
+        )
     if (kind == "quality") != (name == "quality"):
-        raise ValueError(f"{where}.metric.name: a {kind} claim cannot use the {name!r} metric")
+        raise ClaimsError(f"{where}.metric.name: a {kind} claim cannot use the {name!r} metric")
     args = {k: v for k, v in spec.items() if k != "name"}
     params = inspect.signature(METRICS[name]).parameters
     if unknown := sorted((set(args) - set(params)) | ({"df"} & set(args))):
-        raise ValueError(f"{where}.metric.{unknown[0]}: not an argument of metric {name!r}; it takes {sorted(set(params) - {'df'})}")
-    if missing := [p for p, v in params.items() if p != "df" and v.default is inspect.Parameter.empty and p not in args]:
-        raise ValueError(f"{where}.metric.{missing[0]}: missing; metric {name!r} needs it")
+        raise ClaimsError(
+            f"{where}.metric.{unknown[0]}: not an argument of metric {name!r}; it takes {sorted(set(params) - {'df'})}"
+        )
+    if missing := [
+        p for p, v in params.items() if p != "df" and v.default is inspect.Parameter.empty and p not in args
+    ]:
+        raise ClaimsError(f"{where}.metric.{missing[0]}: missing; metric {name!r} needs it")
     if name == "quality" and args["better"] not in ("lower", "higher"):
-        raise ValueError(f"{where}.metric.better: {args['better']!r} is not 'lower' or 'higher'")
+        raise ClaimsError(f"{where}.metric.better: {args['better']!r} is not 'lower' or 'higher'")
     for key in ("variant", "baseline_variant"):
         if key in args and not isinstance(args[key], dict):
-            raise ValueError(f"{where}.metric.{key}: expected a mapping of variant fields, found {args[key]!r}")
+            raise ClaimsError(
+                f"{where}.metric.{key}: expected a mapping of variant fields, found {args[key]!r}"
+            )
     return dict(spec)

@@ -136,17 +136,53 @@ def cmd_report(args: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
+def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
+    from suite.plans import load_plan
+    from suite.reproduce import run_plan, table
+
+    preset = args.preset or _default_preset()
+    try:
+        plan = load_plan(args.name, preset)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    results = Path(args.results or f"results/runs/{args.name}-{preset}")
+    _check_writable(results)
+    for cfg in plan.runs:
+        check_config(cfg)
+    records = run_plan(plan, results)
+    print(table(records))
+    try:
+        from suite.report import build_report
+
+        print(build_report(results, args.report or f"reports/{args.name}"))
+    except ImportError as err:
+        print(f"report not written: {err}", file=sys.stderr)
+    return 0 if all(r["status"] == "complete" for r in records) else 1
+
+
+def _default_preset() -> str:
+    import torch
+
+    return "gpu" if torch.cuda.is_available() else "smoke"
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m suite", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
     _run_parser(sub)
+    rep = sub.add_parser("reproduce", help="run a reproduction's plan, print its table, write its report")
+    rep.add_argument("name", help="baselines (more as reproductions land)")
+    rep.add_argument("--preset", choices=("smoke", "gpu", "paper"),
+                     help="default: gpu where CUDA is available, smoke elsewhere")
+    rep.add_argument("--results", help="folder for the run records (default results/runs/NAME-PRESET)")
+    rep.add_argument("--report", help="folder for the HTML report (default reports/NAME)")
     rp = sub.add_parser("report", help="regenerate the HTML report from run records alone")
     rp.add_argument("results_dir")
     rp.add_argument("-o", "--output", default="reports/latest")
     return p
 
 
-COMMANDS = {"run": cmd_run, "report": cmd_report}
+COMMANDS = {"run": cmd_run, "reproduce": cmd_reproduce, "report": cmd_report}
 
 
 def main(argv: list[str] | None = None) -> int:

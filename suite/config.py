@@ -62,7 +62,7 @@ class RunConfig:
         return json.dumps(dataclasses.asdict(self))
 
     @classmethod
-    def from_json(cls, text: str) -> "RunConfig":
+    def from_json(cls, text: str) -> RunConfig:
         data = json.loads(text)
         data["betas"] = tuple(data["betas"])
         return cls(**data)

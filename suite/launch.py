@@ -1,6 +1,7 @@
 """Start N workers with torch.distributed.run (torchrun): gloo on CPU, NCCL on CUDA.
 
-On one machine the launcher starts the workers through torchrun's own API (`elastic_launch`, what `torchrun --standalone` runs); on many machines users start torchrun
+On one machine the launcher starts the workers through torchrun's own API (`elastic_launch`, what
+`torchrun --standalone` runs); on many machines users start torchrun
 themselves with its rendezvous flags and `-m suite run ...`, which then trains in place (README).
 """
 

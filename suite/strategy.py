@@ -12,9 +12,9 @@ from __future__ import annotations
 import importlib
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 import torch.distributed as dist

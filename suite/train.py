@@ -188,7 +188,7 @@ class Worker:
 
     # ---- the loop ----------------------------------------------------------------------------------
     def run(self) -> None:
-        cfg, rec = self.cfg, self.record
+        cfg = self.cfg
         clock = StepClock(self.device, cfg.clock_warmup)
         flops_per_step = hw_flops_per_step = 0.0
         memory = None
@@ -265,7 +265,8 @@ class Worker:
                          "hardware_flops": p.step * hw_flops_per_step, "wall_s": clock.elapsed}
         rec["protocol"] = self.protocol.describe(p)
         rec["memory"] = {"method": memories[0]["method"] if memories[0] else "not measured (meters off)",
-                         "per_rank": [{"rank": r, **m} for r, m in enumerate(memories) if m]}
+                         "per_rank": [{"rank": r, **{k: v for k, v in m.items() if k != "method"}}
+                                      for r, m in enumerate(memories) if m]}
         rec["comm"] = {"method": COMM_METHOD, "steps": p.step if cfg.meters else 0,
                        "per_rank": [{"rank": r, "ops": ops} for r, ops in enumerate(ledgers)]}
         tps = clock.tokens_per_s()

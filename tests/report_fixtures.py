@@ -25,11 +25,26 @@ PARAMS = 3_150_000
 SEQ = 256
 
 
-def make_record(method: str = "ddp", seed: int = 0, *, reproduction: str | None = "harness", baseline: bool | None = None,
-                variant: dict | None = None, provenance: str = "measured", device: str = "cpu", world_size: int = 2,
-                model: str = "llama-tiny", protocol: str = "tokens", steps: int = 8, quality: float = 0.0,
-                speed: float = 1.0, memory_scale: float = 1.0, tier: str = "intra-node", status: str = "complete",
-                evals: dict | None = None) -> dict:
+def make_record(
+    method: str = "ddp",
+    seed: int = 0,
+    *,
+    reproduction: str | None = "harness",
+    baseline: bool | None = None,
+    variant: dict | None = None,
+    provenance: str = "measured",
+    device: str = "cpu",
+    world_size: int = 2,
+    model: str = "llama-tiny",
+    protocol: str = "tokens",
+    steps: int = 8,
+    quality: float = 0.0,
+    speed: float = 1.0,
+    memory_scale: float = 1.0,
+    tier: str = "intra-node",
+    status: str = "complete",
+    evals: dict | None = None,
+) -> dict:
     variant = variant or {}
     rng = random.Random(zlib.crc32(f"{method}|{variant}|{seed}|{provenance}|{device}|{world_size}".encode()))
     batch_tokens = world_size * 4 * SEQ
@@ -37,40 +52,94 @@ def make_record(method: str = "ddp", seed: int = 0, *, reproduction: str | None 
     curve = []
     for step in range(1, steps + 1):
         loss = 2.0 + quality + 3.5 * math.exp(-2.5 * step / steps) + 0.02 * rng.random()
-        curve.append({"step": step, "tokens": step * batch_tokens, "flops": 6.0 * PARAMS * step * batch_tokens,
-                      "wall_s": step * step_s, "train_loss": loss, "val_loss": loss + 0.05 if step % 2 == 0 else None})
+        curve.append(
+            {
+                "step": step,
+                "tokens": step * batch_tokens,
+                "flops": 6.0 * PARAMS * step * batch_tokens,
+                "wall_s": step * step_s,
+                "train_loss": loss,
+                "val_loss": loss + 0.05 if step % 2 == 0 else None,
+            }
+        )
     state = int(PARAMS * 4 * memory_scale)
     memory = []
     for rank in range(world_size):
-        parts = {"params": state, "grads": state, "optimizer": 2 * state, "activations": int(5e6 * (1 + 0.1 * rank)),
-                 "other": int(1e6 + 1e5 * rng.random())}
+        parts = {
+            "params": state,
+            "grads": state,
+            "optimizer": 2 * state,
+            "activations": int(5e6 * (1 + 0.1 * rank)),
+            "other": int(1e6 + 1e5 * rng.random()),
+        }
         memory.append({"rank": rank, "peak_bytes": sum(parts.values()), **parts, "rss_peak_bytes": None})
     payload = state * steps
-    ops = [{"op": "all_reduce", "group": "dp", "tier": tier, "group_size": world_size, "count": 2 * steps,
-            "bytes": payload, "wire_bytes": payload * 2 * (world_size - 1) / world_size}]
+    ops = [
+        {
+            "op": "all_reduce",
+            "group": "dp",
+            "tier": tier,
+            "group_size": world_size,
+            "count": 2 * steps,
+            "bytes": payload,
+            "wire_bytes": payload * 2 * (world_size - 1) / world_size,
+        }
+    ]
     tokens = steps * batch_tokens
     wall = steps * step_s
     record = {
-        "schema": 1, "run_id": f"{reproduction}-{method}-{_slug(variant)}s{seed}-{provenance}-{device}-w{world_size}",
-        "created": "2026-01-01T00:00:00Z", "status": status, "error": None if status == "complete" else "stopped",
+        "schema": 1,
+        "run_id": f"{reproduction}-{method}-{_slug(variant)}s{seed}-{provenance}-{device}-w{world_size}",
+        "created": "2026-01-01T00:00:00Z",
+        "status": status,
+        "error": None if status == "complete" else "stopped",
         "command": f"python -m suite run {method} --seed {seed} --nproc {world_size} --device {device}",
-        "reproduction": reproduction, "method": method, "variant": variant,
+        "reproduction": reproduction,
+        "method": method,
+        "variant": variant,
         "baseline": method in ("ddp", "fsdp", "hsdp") if baseline is None else baseline,
         "model": {"name": model, "params": PARAMS, "config": {"n_layer": 4, "d_model": 256}},
         "data": {"name": "embedded", "source": "suite/data", "split": "train", "seed": seed},
-        "parallel": {"world_size": world_size, "strategy": method, "mesh": None, "global_batch_tokens": batch_tokens,
-                     "micro_batch": 4, "grad_accum": 1, "groups": [{"name": "dp", "tier": tier, "size": world_size}]},
+        "parallel": {
+            "world_size": world_size,
+            "strategy": method,
+            "mesh": None,
+            "global_batch_tokens": batch_tokens,
+            "micro_batch": 4,
+            "grad_accum": 1,
+            "groups": [{"name": "dp", "tier": tier, "size": world_size}],
+        },
         "protocol": {"kind": protocol, "budget": float(tokens), "target": None, "reached": None},
         "totals": {"steps": steps, "tokens": tokens, "flops": 6.0 * PARAMS * tokens, "wall_s": wall},
         "curve": curve,
         "memory": {"method": "MemTracker", "per_rank": memory},
-        "comm": {"method": "dispatch", "steps": steps, "per_rank": [{"rank": r, "ops": ops} for r in range(world_size)]},
-        "throughput": {"tokens_per_s": tokens / wall, "samples_per_s": tokens / wall / SEQ, "step_s": step_s, "mfu": None},
-        "evals": evals if evals is not None else {"val_loss": curve[-1]["val_loss"] or curve[-1]["train_loss"],
-                                                   "hellaswag": {"value": 0.3 + 0.01 * rng.random(), "stderr": 0.01}},
-        "env": {"torch": "2.14.1", "device": device, "device_name": "NVIDIA H200" if device == "cuda" else "cpu",
-                "backend": "nccl" if device == "cuda" else "gloo", "world_size": world_size, "git_sha": "0123456789abcdef",
-                "seed": seed, "peak_flops": 989e12 if device == "cuda" else None},
+        "comm": {
+            "method": "dispatch",
+            "steps": steps,
+            "per_rank": [{"rank": r, "ops": ops} for r in range(world_size)],
+        },
+        "throughput": {
+            "tokens_per_s": tokens / wall,
+            "samples_per_s": tokens / wall / SEQ,
+            "step_s": step_s,
+            "mfu": None,
+        },
+        "evals": evals
+        if evals is not None
+        else {
+            "val_loss": curve[-1]["val_loss"] or curve[-1]["train_loss"],
+            "hellaswag": {"value": 0.3 + 0.01 * rng.random(), "stderr": 0.01},
+        },
+        "env": {
+            "torch": "2.14.1",
+            "device": device,
+            "device_name": "NVIDIA H200" if device == "cuda" else "cpu",
+            "backend": "nccl" if device == "cuda" else "gloo",
+            "world_size": world_size,
+            "git_sha": "0123456789abcdef",
+            "seed": seed,
+            "peak_flops": 989e12 if device == "cuda" else None,
+        },
         "provenance": provenance,
     }
     validate(record)
@@ -89,10 +158,30 @@ def study(seeds: int = 3) -> list[dict]:
         records.append(make_record("fsdp", seed, speed=0.9, memory_scale=0.5))
         records.append(make_record("ddp", seed, reproduction="sdp", protocol="flops"))
         for c in (0.5, 0.75):
-            records.append(make_record("b-sdp", seed, reproduction="sdp", protocol="flops", variant={"C": c},
-                                       memory_scale=c, speed=1.1, quality=-0.3))
-    records.append(make_record("b-sdp", 0, reproduction="sdp", protocol="flops", variant={"C": 0.5},
-                               provenance="estimated", world_size=8, memory_scale=0.5))
+            records.append(
+                make_record(
+                    "b-sdp",
+                    seed,
+                    reproduction="sdp",
+                    protocol="flops",
+                    variant={"C": c},
+                    memory_scale=c,
+                    speed=1.1,
+                    quality=-0.3,
+                )
+            )
+    records.append(
+        make_record(
+            "b-sdp",
+            0,
+            reproduction="sdp",
+            protocol="flops",
+            variant={"C": 0.5},
+            provenance="estimated",
+            world_size=8,
+            memory_scale=0.5,
+        )
+    )
     return records
 
 
@@ -141,8 +230,13 @@ HOSTILE = "<script>alert(1)</script>"
 
 def hostile_record() -> dict:
     """A valid record whose strings try to break out of HTML (method, model, evals key) and out of mathtext."""
-    return make_record(HOSTILE, 0, variant={"tag": "$\\frac{1}{"}, model="<img src=x onerror=alert(2)>",
-                       evals={"<script>alert(3)</script>": 1.0})
+    return make_record(
+        HOSTILE,
+        0,
+        variant={"tag": "$\\frac{1}{"},
+        model="<img src=x onerror=alert(2)>",
+        evals={"<script>alert(3)</script>": 1.0},
+    )
 
 
 @lru_cache(maxsize=1)

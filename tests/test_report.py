@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import html as htmllib
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -52,20 +53,26 @@ def page_of(site: Path, folder: str, prefix: str) -> Path:
 def test_index_lists_each_reproduction_with_its_verdicts(site):
     html = (site / "index.html").read_text()
     assert re.search(r'<a href="reproductions/harness-[0-9a-f]{8}\.html">harness</a>', html)
-    claims = html[html.index('class="sortable claims"'):]
-    for claim_id, verdict in [("sdp-memory", "reproduced"), ("sdp-quality", "reproduced"),
-                              ("sdp-inter-node", "not testable here")]:
-        row = claims[claims.index(f">{claim_id}</a>"):]
+    claims = html[html.index('class="sortable claims"') :]
+    for claim_id, verdict in [
+        ("sdp-memory", "reproduced"),
+        ("sdp-quality", "reproduced"),
+        ("sdp-inter-node", "not testable here"),
+    ]:
+        row = claims[claims.index(f">{claim_id}</a>") :]
         assert verdict in row[: row.index("</tr>")]
     assert "No claims: this reproduction compares runs only." in html  # harness
 
 
 def test_bad_files_are_listed_as_skipped_with_the_reason(site):
     html = (site / "index.html").read_text()
-    skipped = html[html.index('id="skipped"'):]
-    for name, reason in [("corrupt.json", "not valid JSON"), ("truncated.json", "not valid JSON"),
-                         ("old-schema.json", "unknown record schema 0")]:
-        row = skipped[skipped.index(name):]
+    skipped = html[html.index('id="skipped"') :]
+    for name, reason in [
+        ("corrupt.json", "not valid JSON"),
+        ("truncated.json", "not valid JSON"),
+        ("old-schema.json", "unknown record schema 0"),
+    ]:
+        row = skipped[skipped.index(name) :]
         assert reason in row[: row.index("</tr>")]
     assert "17 run record(s) read, 3 skipped" in html
 
@@ -92,7 +99,7 @@ def test_values_from_records_are_escaped_everywhere(site):
         html = page.read_text()
         assert "<script>alert" not in html and "<img src=x" not in html, page
         assert len(Page(page).scripts) == 1, page  # only the page's own sorting script
-        shown += "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+        shown += htmllib.escape(HOSTILE, quote=False) in html
     hostile_run = next(p for p in (site / "runs").glob("*.html") if "alert(1)" in p.read_text())
     html = hostile_run.read_text()
     assert "&lt;img src=x onerror=alert(2)&gt;" in html and "&lt;script&gt;alert(3)&lt;/script&gt;" in html
@@ -118,21 +125,31 @@ def test_figures_are_embedded_pngs_one_set_per_kind_of_evidence(site):
 
 def test_estimates_are_never_mixed_into_measured_tables(site):
     html = page_of(site, "reproductions", "sdp-").read_text()
-    measured = html[html.index('id="section-measured-cpu"'):html.index('id="section-estimated"')]
-    estimated = html[html.index('id="section-estimated"'):html.index('id="environment"')]
+    measured = html[html.index('id="section-measured-cpu"') : html.index('id="section-estimated"')]
+    estimated = html[html.index('id="section-estimated"') : html.index('id="environment"')]
     assert "-estimated-cpu-w8" not in measured and "-estimated-cpu-w8" in estimated
     assert "measured (cpu)" not in estimated and measured.count("badge-measured-cpu") >= 9
 
 
 def test_claim_cards_show_paper_value_measurement_and_verdict(site):
     html = page_of(site, "reproductions", "sdp-").read_text()
-    card = html[html.index('id="claim-sdp-memory"'):]
+    card = html[html.index('id="claim-sdp-memory"') :]
     card = card[: card.index("</article>")]
-    for text in ["0.6 x DDP peak bytes", "arXiv 2507.09029, Table 3, v5", "unverified", "(3 seeds)", "±",
-                 "the paper&#39;s value", "equal flops", "world size 2", "reproduced", "paper value ± tolerance 0.1",
-                 "python -m suite reproduce sdp --preset smoke"]:
+    for text in [
+        "0.6 x DDP peak bytes",
+        "arXiv 2507.09029, Table 3, v5",
+        "unverified",
+        "(3 seeds)",
+        "±",
+        "the paper&#39;s value",
+        "equal flops",
+        "world size 2",
+        "reproduced",
+        "paper value ± tolerance 0.1",
+        "python -m suite reproduce sdp --preset smoke",
+    ]:
         assert text in card, text
-    untestable = html[html.index('id="claim-sdp-inter-node"'):]
+    untestable = html[html.index('id="claim-sdp-inter-node"') :]
     assert "needs cuda, network" in untestable and "8 GPUs over 2 nodes" in untestable
 
 
@@ -152,16 +169,27 @@ def test_every_link_resolves_to_a_file_and_anchor(site):
 
 def test_run_page_shows_curve_memory_ledger_and_environment(site):
     html = page_of(site, "runs", "sdp-ddp-s1-measured").read_text()
-    for text in ["Loss curve", "Memory per rank (MemTracker)", "Communication ledger (dispatch, 8 steps)",
-                 "all_reduce", "intra-node", "0123456789abcdef", "gloo", "2.14.1", "hellaswag",
-                 "python -m suite run ddp --seed 1"]:
+    for text in [
+        "Loss curve",
+        "Memory per rank (MemTracker)",
+        "Communication ledger (dispatch, 8 steps)",
+        "all_reduce",
+        "intra-node",
+        "0123456789abcdef",
+        "gloo",
+        "2.14.1",
+        "hellaswag",
+        "python -m suite run ddp --seed 1",
+    ]:
         assert text in html, text
-    curve = html[html.index("Loss curve"):html.index("Memory per rank")]
+    curve = html[html.index("Loss curve") : html.index("Memory per rank")]
     assert curve.count("<tr>") == 1 + 8  # header and one row per step
 
 
 def test_a_broken_claim_is_reported_on_the_page(tmp_path):
-    (tmp_path / "claims.yaml").write_text(SDP_CLAIMS_YAML.replace("field: peak_bytes_max", "field: peak_memory"))
+    (tmp_path / "claims.yaml").write_text(
+        SDP_CLAIMS_YAML.replace("field: peak_bytes_max", "field: peak_memory")
+    )
     record = _bare(make_record("ddp", 0, reproduction="sdp"))
     index = build_report_for([record], [], tmp_path / "site", {"sdp": load_claims(tmp_path / "claims.yaml")})
     assert "Claims not evaluated: " in index.read_text() and "peak_memory" in index.read_text()
@@ -176,5 +204,17 @@ def test_rebuilding_removes_pages_of_runs_that_are_gone(tmp_path):
 
 def _bare(record: dict) -> dict:
     """A record with nothing to draw (an early failure), so building its report is quick."""
-    return {**record, "status": "failed", "curve": [], "memory": {"method": "none", "per_rank": []},
-            "comm": {"method": "none", "steps": 0, "per_rank": []}}
+    return {
+        **record,
+        "status": "failed",
+        "curve": [],
+        "memory": {"method": "none", "per_rank": []},
+        "comm": {"method": "none", "steps": 0, "per_rank": []},
+    }
+
+
+def test_records_sharing_a_run_id_each_get_a_page(tmp_path):
+    twins = [_bare(make_record("ddp", 0)), _bare(make_record("ddp", 0, world_size=4))]
+    twins[1]["run_id"] = twins[0]["run_id"]
+    build_report_for(twins, [], tmp_path)
+    assert len(list((tmp_path / "runs").glob("*.html"))) == 2

@@ -20,7 +20,9 @@ from PIL import Image
 from tests.report_fixtures import built_study
 
 CHROMIUM = Path("/usr/bin/chromium")
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium: apt-get install -y chromium")
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="needs Debian's chromium: apt-get install -y chromium"
+)
 
 PROBE = """<script>
 (function () {
@@ -57,9 +59,20 @@ PROBE = """<script>
 
 def chromium(tmp: Path, *args: str) -> subprocess.CompletedProcess:
     profile = tmp / "profile"
-    command = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-               "--disable-background-networking", "--disable-component-update", "--disable-sync",
-               f"--user-data-dir={profile}", "--virtual-time-budget=5000", *args]
+    command = [
+        str(CHROMIUM),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        "--virtual-time-budget=5000",
+        *args,
+    ]
     try:
         return subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
     finally:
@@ -75,7 +88,10 @@ def probe(page: Path, tmp: Path) -> dict[str, str]:
     finally:
         copy.unlink()
     html_tag = re.search(r"<html[^>]*>", dom).group(0)
-    return {k: v.replace("&quot;", '"').replace("&amp;", "&") for k, v in re.findall(r'data-([a-z]+)="([^"]*)"', html_tag)}
+    return {
+        k: v.replace("&quot;", '"').replace("&amp;", "&")
+        for k, v in re.findall(r'data-([a-z]+)="([^"]*)"', html_tag)
+    }
 
 
 def not_blank(png: Path) -> int:

@@ -16,7 +16,7 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup
 
-from suite.claims import Claim, claim_frame, claims_for, evaluate
+from suite.claims import Claim, ClaimsError, claim_frame, claims_for, evaluate
 from suite.records import load_records
 from suite.report.pages import Reproduction, css_token, index_context, reproduction_context, run_context
 
@@ -25,14 +25,21 @@ UNASSIGNED = "(no reproduction)"
 
 @lru_cache(maxsize=1)
 def _templates() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("suite.report", "templates"), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("suite.report", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters["css_token"] = css_token
     script = env.loader.get_source(env, "sort.js")[0]
     digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
     env.globals["script"] = Markup(script)
-    env.globals["csp"] = (f"default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
-                          f"script-src 'sha256-{digest}'; base-uri 'none'; form-action 'none'")
+    env.globals["csp"] = (
+        f"default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
+        f"script-src 'sha256-{digest}'; base-uri 'none'; form-action 'none'"
+    )
     return env
 
 
@@ -42,18 +49,30 @@ def _slug(name: str, key: str) -> str:
     return f"{readable}-{hashlib.sha1(key.encode()).hexdigest()[:8]}"
 
 
+def _page_key(record: dict, position: int) -> str:
+    """A record's file names its page, so links stay put across rebuilds; records held only in memory
+    fall back to their position, so two with one run_id still get a page each."""
+    return record.get("_path") or f"{record['run_id']}#{position}"
+
+
 def build_report(results_dir: str | Path, out_dir: str | Path) -> Path:
     """Read every run record under `results_dir` and write the site to `out_dir`; returns index.html."""
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
-        raise FileNotFoundError(f"results folder {results_dir} does not exist; pass the folder that holds the run "
-                                f"records (for example results/runs)")
+        raise FileNotFoundError(
+            f"results folder {results_dir} does not exist; pass the folder that holds the run "
+            f"records (for example results/runs)"
+        )
     records, skipped = load_records(results_dir)
     return build_report_for(records, skipped, out_dir)
 
 
-def build_report_for(records: list[dict], skipped: list[tuple[str, str]], out_dir: str | Path,
-                     claims_by_reproduction: dict[str, list[Claim]] | None = None) -> Path:
+def build_report_for(
+    records: list[dict],
+    skipped: list[tuple[str, str]],
+    out_dir: str | Path,
+    claims_by_reproduction: dict[str, list[Claim]] | None = None,
+) -> Path:
     """Write the site for these records. Claims default to reproductions/<name>/claims.yaml for each
     reproduction that has runs; passing `claims_by_reproduction` uses those instead (and lists
     reproductions that have claims but no runs yet)."""
@@ -64,7 +83,7 @@ def build_report_for(records: list[dict], skipped: list[tuple[str, str]], out_di
         groups.setdefault(record["reproduction"] or UNASSIGNED, []).append(record)
     for name in claims_by_reproduction or {}:
         groups.setdefault(name, [])
-    run_files = {id(r): f"runs/{_slug(r['run_id'], r['run_id'] + '|' + str(r.get('_path')))}.html" for r in records}
+    run_files = {id(r): f"runs/{_slug(r['run_id'], _page_key(r, i))}.html" for i, r in enumerate(records)}
     repros = [_evaluated(name, groups[name], claims_by_reproduction) for name in sorted(groups)]
 
     templates, written = _templates(), []
@@ -77,15 +96,20 @@ def build_report_for(records: list[dict], skipped: list[tuple[str, str]], out_di
 
     write("index.html", "index.html.j2", index_context(repros, skipped, len(records)))
     for repro in repros:
-        write(repro.href, "reproduction.html.j2",
-              reproduction_context(repro, {id(r): f"../{run_files[id(r)]}" for r in repro.records}))
+        write(
+            repro.href,
+            "reproduction.html.j2",
+            reproduction_context(repro, {id(r): f"../{run_files[id(r)]}" for r in repro.records}),
+        )
         for record in repro.records:
             write(run_files[id(record)], "run.html.j2", run_context(record, f"../{repro.href}"))
     _remove_stale(out, written)
     return out / "index.html"
 
 
-def _evaluated(name: str, records: list[dict], claims_by_reproduction: dict[str, list[Claim]] | None) -> Reproduction:
+def _evaluated(
+    name: str, records: list[dict], claims_by_reproduction: dict[str, list[Claim]] | None
+) -> Reproduction:
     """The reproduction with its verdicts; a broken claims.yaml or metric is reported on the page, not raised."""
     href = f"reproductions/{_slug(name, name)}.html"
     try:
@@ -95,7 +119,7 @@ def _evaluated(name: str, records: list[dict], claims_by_reproduction: dict[str,
             claims = [] if name == UNASSIGNED else claims_for(name)
         df = claim_frame(records)
         verdicts = [(claim, evaluate(claim, df)) for claim in claims]
-    except ValueError as err:
+    except ClaimsError as err:
         return Reproduction(name, records, [], str(err), href)
     return Reproduction(name, records, verdicts, None, href)
 

@@ -40,11 +40,14 @@ def _figure(width: float, height: float, rows: int = 1, cols: int = 1, **kwargs)
         return fig, fig.subplots(rows, cols, squeeze=False, **kwargs)
 
 
-def _margins(fig: Figure, left: float = 0.6, bottom: float = 0.5, right: float = 0.15, **spacing: float) -> None:
+def _margins(
+    fig: Figure, left: float = 0.6, bottom: float = 0.5, right: float = 0.15, **spacing: float
+) -> None:
     """Margins in inches. Set by hand: a layout engine would lay out every text twice per figure."""
     width, height = fig.get_size_inches()
-    fig.subplots_adjust(left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - 0.3 / height,
-                        **spacing)
+    fig.subplots_adjust(
+        left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - 0.3 / height, **spacing
+    )
 
 
 def _text_inches(labels: list[str]) -> float:
@@ -93,8 +96,11 @@ def loss_curves(curve: pd.DataFrame, label: str) -> Chart | None:
     legend_width = 0.4 + _text_inches([safe(a) for a in arms])
     fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="center right", fontsize="small")
     _margins(fig, left=0.6, bottom=0.55, right=legend_width, wspace=0.25)
-    return Chart(f"{y.replace('_', ' ').capitalize()} against tokens, FLOPs and wall time ({label})", _encode(fig),
-                 "Line: mean over seeds; band: lowest to highest seed.")
+    return Chart(
+        f"{y.replace('_', ' ').capitalize()} against tokens, FLOPs and wall time ({label})",
+        _encode(fig),
+        "Line: mean over seeds; band: lowest to highest seed.",
+    )
 
 
 def memory_bars(memory: pd.DataFrame, label: str) -> Chart | None:
@@ -113,8 +119,11 @@ def memory_bars(memory: pd.DataFrame, label: str) -> Chart | None:
     ax.set_ylabel(unit)
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     _margins(fig, left=0.7, bottom=0.3 + 0.7 * _text_inches(names), right=1.3)
-    return Chart(f"Memory per rank ({label})", _encode(fig),
-                 f"Mean over seeds; ranks beyond {frames.MAX_RANKS} are not drawn (see the run pages).")
+    return Chart(
+        f"Memory per rank ({label})",
+        _encode(fig),
+        f"Mean over seeds; ranks beyond {frames.MAX_RANKS} are not drawn (see the run pages).",
+    )
 
 
 def comm_bytes(comm: pd.DataFrame, label: str) -> Chart | None:
@@ -137,8 +146,11 @@ def comm_bytes(comm: pd.DataFrame, label: str) -> Chart | None:
         ax.legend(fontsize="small", loc="lower right")
     axes[0, 0].invert_yaxis()
     _margins(fig, left=0.3 + _text_inches(names), bottom=0.5, wspace=0.05)
-    return Chart(f"Bytes per step by op and by group tier ({label})", _encode(fig),
-                 "Payload bytes, mean over ranks and seeds; wire bytes are on the run pages.")
+    return Chart(
+        f"Bytes per step by op and by group tier ({label})",
+        _encode(fig),
+        "Payload bytes, mean over ranks and seeds; wire bytes are on the run pages.",
+    )
 
 
 def throughput(ratios: pd.DataFrame, geomeans: pd.Series, reference: str, label: str) -> Chart | None:
@@ -158,5 +170,8 @@ def throughput(ratios: pd.DataFrame, geomeans: pd.Series, reference: str, label:
     for tick in ax.get_xticklabels():
         tick.set_horizontalalignment("right")
     _margins(fig, left=0.7, bottom=0.3 + 0.5 * _text_inches(order))
-    return Chart(f"Throughput against {safe(reference, 24)} ({label})", _encode(fig),
-                 "Bar: geometric mean over configurations; dot: one configuration (median over seeds).")
+    return Chart(
+        f"Throughput against {safe(reference, 24)} ({label})",
+        _encode(fig),
+        "Bar: geometric mean over configurations; dot: one configuration (median over seeds).",
+    )

@@ -17,8 +17,10 @@ MAX_RANKS = 8  # per arm in the memory figure; more bars than this are unreadabl
 
 
 def arm(record: dict) -> str:
-    variant = " ".join(f"{k}={v if isinstance(v, (str, int, float)) else json.dumps(v)}"
-                       for k, v in sorted(record["variant"].items()))
+    variant = " ".join(
+        f"{k}={v if isinstance(v, (str, int, float)) else json.dumps(v)}"
+        for k, v in sorted(record["variant"].items())
+    )
     return f"{record['method']} {variant}".strip()
 
 
@@ -34,8 +36,14 @@ def arm_labels(records: list[dict]) -> list[str]:
 
 
 def curves(records: list[dict], labels: list[str]) -> pd.DataFrame:
-    rows = [{"arm": label, "run": r["run_id"], **point} for r, label in zip(records, labels) for point in r["curve"]]
-    return pd.DataFrame(rows, columns=["arm", "run", "step", "tokens", "flops", "wall_s", "train_loss", "val_loss"])
+    rows = [
+        {"arm": label, "run": r["run_id"], **point}
+        for r, label in zip(records, labels)
+        for point in r["curve"]
+    ]
+    return pd.DataFrame(
+        rows, columns=["arm", "run", "step", "tokens", "flops", "wall_s", "train_loss", "val_loss"]
+    )
 
 
 def seed_band(curve: pd.DataFrame, x: str, y: str, points: int = 60) -> pd.DataFrame:
@@ -54,15 +62,33 @@ def seed_band(curve: pd.DataFrame, x: str, y: str, points: int = 60) -> pd.DataF
             continue
         grid = np.linspace(low, high, points)
         ys = np.stack([np.interp(grid, r[x].to_numpy(float), r[y].to_numpy(float)) for r in runs])
-        bands.append(pd.DataFrame({"arm": label, "x": grid, "mean": ys.mean(0), "low": ys.min(0), "high": ys.max(0),
-                                   "runs": len(runs)}))
-    return pd.concat(bands, ignore_index=True) if bands else pd.DataFrame(columns=["arm", "x", "mean", "low", "high", "runs"])
+        bands.append(
+            pd.DataFrame(
+                {
+                    "arm": label,
+                    "x": grid,
+                    "mean": ys.mean(0),
+                    "low": ys.min(0),
+                    "high": ys.max(0),
+                    "runs": len(runs),
+                }
+            )
+        )
+    return (
+        pd.concat(bands, ignore_index=True)
+        if bands
+        else pd.DataFrame(columns=["arm", "x", "mean", "low", "high", "runs"])
+    )
 
 
 def memory(records: list[dict], labels: list[str]) -> pd.DataFrame:
     """Mean over seeds of each memory part, per arm and rank (the first MAX_RANKS ranks)."""
-    rows = [{"arm": label, "rank": m["rank"], **{p: m[p] for p in MEMORY_PARTS}}
-            for r, label in zip(records, labels) for m in r["memory"]["per_rank"] if m["rank"] < MAX_RANKS]
+    rows = [
+        {"arm": label, "rank": m["rank"], **{p: m[p] for p in MEMORY_PARTS}}
+        for r, label in zip(records, labels)
+        for m in r["memory"]["per_rank"]
+        if m["rank"] < MAX_RANKS
+    ]
     if not rows:
         return pd.DataFrame(columns=["arm", "rank", *MEMORY_PARTS])
     return pd.DataFrame(rows).groupby(["arm", "rank"], sort=False).mean().reset_index()
@@ -77,11 +103,23 @@ def comm(records: list[dict], labels: list[str]) -> pd.DataFrame:
             continue
         for rank in r["comm"]["per_rank"]:
             for op in rank["ops"]:
-                rows.append({"arm": label, "run": r["run_id"], "op": op["op"], "tier": op.get("tier") or "unlabelled",
-                             "bytes_per_step": op["bytes"] / steps / ranks})
+                rows.append(
+                    {
+                        "arm": label,
+                        "run": r["run_id"],
+                        "op": op["op"],
+                        "tier": op.get("tier") or "unlabelled",
+                        "bytes_per_step": op["bytes"] / steps / ranks,
+                    }
+                )
     if not rows:
         return pd.DataFrame(columns=["arm", "op", "tier", "bytes_per_step"])
-    per_run = pd.DataFrame(rows).groupby(["arm", "run", "op", "tier"], sort=False)["bytes_per_step"].sum().reset_index()
+    per_run = (
+        pd.DataFrame(rows)
+        .groupby(["arm", "run", "op", "tier"], sort=False)["bytes_per_step"]
+        .sum()
+        .reset_index()
+    )
     return per_run.groupby(["arm", "op", "tier"], sort=False)["bytes_per_step"].mean().reset_index()
 
 
@@ -96,14 +134,27 @@ def reference_baseline(records: list[dict]) -> str | None:
 def throughput_ratios(records: list[dict]) -> tuple[pd.DataFrame, str | None]:
     """tokens/s of each arm over the reference baseline's, per configuration (medians over seeds)."""
     reference = reference_baseline(records)
-    rows = [{"arm": arm(r), "method": r["method"], "config": config(r), "tokens_per_s": r["throughput"]["tokens_per_s"]}
-            for r in records if r["status"] == "complete" and r["throughput"]["tokens_per_s"]]
+    rows = [
+        {
+            "arm": arm(r),
+            "method": r["method"],
+            "config": config(r),
+            "tokens_per_s": r["throughput"]["tokens_per_s"],
+        }
+        for r in records
+        if r["status"] == "complete" and r["throughput"]["tokens_per_s"]
+    ]
     columns = ["arm", "config", "ratio"]
     if reference is None or not rows:
         return pd.DataFrame(columns=columns), reference
     runs = pd.DataFrame(rows)
     base = runs[runs["method"] == reference].groupby("config")["tokens_per_s"].median()
-    medians = runs[runs["method"] != reference].groupby(["arm", "config"], sort=False)["tokens_per_s"].median().reset_index()
+    medians = (
+        runs[runs["method"] != reference]
+        .groupby(["arm", "config"], sort=False)["tokens_per_s"]
+        .median()
+        .reset_index()
+    )
     medians = medians[medians["config"].isin(base.index)]
     medians["ratio"] = medians["tokens_per_s"] / medians["config"].map(base)
     return medians[columns].reset_index(drop=True), reference

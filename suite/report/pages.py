@@ -29,24 +29,41 @@ def claim_rows(repro: Reproduction, claim_href: str) -> Table:
     """The claims of one reproduction with their verdicts, linking to the cards at `claim_href`."""
     table = Table(["claim", "statement", "verdict", "measured", "paper", "seeds"], css="claims")
     for claim, verdict in repro.verdicts:
-        table.rows.append([
-            Cell(claim.id, claim.id, f"{claim_href}#claim-{css_token(claim.id)}"), tables.text(claim.statement),
-            Cell(verdict.verdict, verdict.verdict, badge=verdict.verdict),
-            Cell(_measured(verdict, claim.unit), "" if verdict.measured is None else verdict.measured, badge=verdict.provenance),
-            tables.text(_paper(claim)), tables.number(verdict.n_seeds),
-        ])
+        table.rows.append(
+            [
+                Cell(claim.id, claim.id, f"{claim_href}#claim-{css_token(claim.id)}"),
+                tables.text(claim.statement),
+                Cell(verdict.verdict, verdict.verdict, badge=verdict.verdict),
+                Cell(
+                    _measured(verdict, claim.unit),
+                    "" if verdict.measured is None else verdict.measured,
+                    badge=verdict.provenance,
+                ),
+                tables.text(_paper(claim)),
+                tables.number(verdict.n_seeds),
+            ]
+        )
     return table
 
 
 def index_context(repros: list[Reproduction], skipped: list[tuple[str, str]], n_records: int) -> dict:
     return {
-        "title": "Reproduction report", "root": "", "n_records": n_records, "skipped": skipped,
-        "reproductions": [{
-            "name": r.name, "href": r.href, "runs": len(r.records), "claims_error": r.claims_error,
-            "methods": sorted({rec["method"] for rec in r.records}),
-            "evidence": [e for e in EVIDENCE if e in {_label(rec) for rec in r.records}],
-            "claims": claim_rows(r, r.href) if r.verdicts else None,
-        } for r in repros],
+        "title": "Reproduction report",
+        "root": "",
+        "n_records": n_records,
+        "skipped": skipped,
+        "reproductions": [
+            {
+                "name": r.name,
+                "href": r.href,
+                "runs": len(r.records),
+                "claims_error": r.claims_error,
+                "methods": sorted({rec["method"] for rec in r.records}),
+                "evidence": [e for e in EVIDENCE if e in {_label(rec) for rec in r.records}],
+                "claims": claim_rows(r, r.href) if r.verdicts else None,
+            }
+            for r in repros
+        ],
     }
 
 
@@ -59,10 +76,14 @@ def reproduction_context(repro: Reproduction, run_hrefs: dict[int, str]) -> dict
         if subset:
             sections.append(_section(label, subset, [run_hrefs[id(rec)] for rec in subset]))
     return {
-        "title": f"Reproduction: {repro.name}", "root": "../", "runs": len(repro.records),
-        "claims_error": repro.claims_error, "claims": claim_rows(repro, ""),
+        "title": f"Reproduction: {repro.name}",
+        "root": "../",
+        "runs": len(repro.records),
+        "claims_error": repro.claims_error,
+        "claims": claim_rows(repro, ""),
         "cards": [_card(c, v, by_id) for c, v in repro.verdicts],
-        "sections": sections, "environment": tables.env_table(repro.records),
+        "sections": sections,
+        "environment": tables.env_table(repro.records),
     }
 
 
@@ -77,23 +98,40 @@ def _section(label: str, records: list[dict], hrefs: list[str]) -> dict:
         figures.throughput(ratios, geomeans, reference, label) if reference else None,
     ]
     return {
-        "label": label, "runs": tables.runs_table(records, to_dataframe(records), hrefs),
-        "charts": [c for c in charts if c is not None], "reference": reference,
+        "label": label,
+        "runs": tables.runs_table(records, to_dataframe(records), hrefs),
+        "charts": [c for c in charts if c is not None],
+        "reference": reference,
         "throughput": tables.throughput_table(ratios, geomeans, label) if not ratios.empty else None,
     }
 
 
 def _card(claim: Claim, verdict: Verdict, run_hrefs: dict[str, str]) -> dict:
-    spec = ", ".join(f"{k}={json.dumps(v) if isinstance(v, dict) else v}" for k, v in claim.metric.items() if k != "name")
+    spec = ", ".join(
+        f"{k}={json.dumps(v) if isinstance(v, dict) else v}" for k, v in claim.metric.items() if k != "name"
+    )
     return {
-        "id": claim.id, "statement": claim.statement, "verdict": verdict.verdict, "reason": verdict.reason,
-        "provenance": verdict.provenance, "paper": _paper(claim), "source": str(claim.source),
-        "status": claim.source_status, "status_css": "status-unverified" if "unverified" in claim.source_status else "status-other",
+        "id": claim.id,
+        "statement": claim.statement,
+        "verdict": verdict.verdict,
+        "reason": verdict.reason,
+        "provenance": verdict.provenance,
+        "paper": _paper(claim),
+        "source": str(claim.source),
+        "status": claim.source_status,
+        "status_css": "status-unverified" if "unverified" in claim.source_status else "status-other",
         "measured": _measured(verdict, claim.unit),
-        "baseline": None if verdict.baseline is None else f"{fmt_number(verdict.baseline)} {claim.unit}".strip(),
-        "ratio": "—" if verdict.ratio_to_paper is None else f"{verdict.ratio_to_paper:.3g}x the paper's value",
-        "metric": f"{claim.metric['name']}({spec})", "protocol": f"equal {claim.protocol}" if claim.protocol else "any",
-        "hardware": verdict.hardware or "—", "scale": verdict.scale or "—", "command": claim.command,
+        "baseline": None
+        if verdict.baseline is None
+        else f"{fmt_number(verdict.baseline)} {claim.unit}".strip(),
+        "ratio": "—"
+        if verdict.ratio_to_paper is None
+        else f"{verdict.ratio_to_paper:.3g}x the paper's value",
+        "metric": f"{claim.metric['name']}({spec})",
+        "protocol": f"equal {claim.protocol}" if claim.protocol else "any",
+        "hardware": verdict.hardware or "—",
+        "scale": verdict.scale or "—",
+        "command": claim.command,
         "runs": [(run_hrefs[r], r) for r in dict.fromkeys(verdict.run_ids) if r in run_hrefs],
     }
 
@@ -120,37 +158,96 @@ def _label(record: dict) -> str:
 
 def css_token(text: str) -> str:
     """A string reduced to [a-z0-9-], for class names and anchors."""
-    return "-".join("".join(ch if ch.isascii() and ch.isalnum() else " " for ch in text.lower()).split()) or "x"
+    return (
+        "-".join("".join(ch if ch.isascii() and ch.isalnum() else " " for ch in text.lower()).split()) or "x"
+    )
 
 
 def run_context(record: dict, reproduction_href: str | None) -> dict:
     """Every field of one run: overview, configuration, totals, curve, memory per rank, comm ledger, env."""
-    fields = ("run_id", "status", "error", "reproduction", "method", "baseline", "provenance", "created", "command")
+    fields = (
+        "run_id",
+        "status",
+        "error",
+        "reproduction",
+        "method",
+        "baseline",
+        "provenance",
+        "created",
+        "command",
+    )
     overview = {k: record.get(k) for k in fields} | {"file": record.get("_path")}
-    evals = {k: f"{v.get('value')} ± {v.get('stderr')}" if isinstance(v, dict) else v for k, v in record["evals"].items()}
-    model = {"name": record["model"]["name"], "params": record["model"]["params"], **record["model"].get("config", {})}
-    memory_columns = ["rank", "peak_bytes", "params", "grads", "optimizer", "activations", "other", "rss_peak_bytes"]
+    evals = {
+        k: f"{fmt_number(v.get('value'))} ± {fmt_number(v.get('stderr'))}" if isinstance(v, dict) else v
+        for k, v in record["evals"].items()
+    }
+    model = {
+        "name": record["model"]["name"],
+        "params": record["model"]["params"],
+        **record["model"].get("config", {}),
+    }
+    memory_columns = [
+        "rank",
+        "peak_bytes",
+        "params",
+        "grads",
+        "optimizer",
+        "activations",
+        "other",
+        "rss_peak_bytes",
+    ]
+    fields = [
+        ("Run", overview),
+        ("Variant", record["variant"]),
+        ("Model", model),
+        ("Data", record["data"]),
+        ("Parallelism", record["parallel"]),
+        ("Protocol", record["protocol"]),
+        ("Totals", record["totals"]),
+        ("Throughput", record["throughput"]),
+        ("Evaluations", evals),
+        ("Environment", record["env"]),
+    ]
     sections = [
-        ("Run", tables.mapping_table(overview)), ("Variant", tables.mapping_table(record["variant"])),
-        ("Model", tables.mapping_table(model)), ("Data", tables.mapping_table(record["data"])),
-        ("Parallelism", tables.mapping_table(record["parallel"])), ("Protocol", tables.mapping_table(record["protocol"])),
-        ("Totals", tables.mapping_table(record["totals"])), ("Throughput", tables.mapping_table(record["throughput"])),
-        ("Evaluations", tables.mapping_table(evals)),
-        ("Loss curve", tables.records_table(record["curve"], ["step", "tokens", "flops", "wall_s", "train_loss", "val_loss"])),
-        (f"Memory per rank ({record['memory']['method']})",
-         tables.records_table(record["memory"]["per_rank"], memory_columns, {c: fmt_bytes for c in memory_columns[1:]})),
-        (f"Communication ledger ({record['comm']['method']}, {record['comm'].get('steps')} steps)", _ledger(record)),
-        ("Environment", tables.mapping_table(record["env"])),
+        (
+            "Loss curve",
+            tables.records_table(
+                record["curve"], ["step", "tokens", "flops", "wall_s", "train_loss", "val_loss"]
+            ),
+        ),
+        (
+            f"Memory per rank ({record['memory']['method']})",
+            tables.records_table(
+                record["memory"]["per_rank"], memory_columns, {c: fmt_bytes for c in memory_columns[1:]}
+            ),
+        ),
+        (
+            f"Communication ledger ({record['comm']['method']}, {record['comm'].get('steps')} steps)",
+            _ledger(record),
+        ),
     ]
     raw = json.dumps({k: v for k, v in record.items() if k != "_path"}, indent=1)
-    return {"title": f"Run: {record['run_id']}", "root": "../", "record": record, "label": _label(record),
-            "reproduction": record["reproduction"], "reproduction_href": reproduction_href,
-            "sections": sections, "raw": raw}
+    return {
+        "title": f"Run: {record['run_id']}",
+        "root": "../",
+        "record": record,
+        "label": _label(record),
+        "reproduction": record["reproduction"],
+        "reproduction_href": reproduction_href,
+        "fields": [(title, tables.mapping_table(values)) for title, values in fields if values],
+        "sections": sections,
+        "raw": raw,
+    }
 
 
 def _ledger(record: dict) -> Table:
     steps = record["comm"].get("steps") or 0
-    rows = [{"rank": r["rank"], **op, "bytes/step": op["bytes"] / steps if steps else None}
-            for r in record["comm"]["per_rank"] for op in r["ops"]]
+    rows = [
+        {"rank": r["rank"], **op, "bytes/step": op["bytes"] / steps if steps else None}
+        for r in record["comm"]["per_rank"]
+        for op in r["ops"]
+    ]
     columns = ["rank", "op", "group", "tier", "group_size", "count", "bytes", "wire_bytes", "bytes/step"]
-    return tables.records_table(rows, columns, {"bytes": fmt_bytes, "wire_bytes": fmt_bytes, "bytes/step": fmt_bytes})
+    return tables.records_table(
+        rows, columns, {"bytes": fmt_bytes, "wire_bytes": fmt_bytes, "bytes/step": fmt_bytes}
+    )

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 
@@ -64,27 +65,68 @@ def number(value: Any, fmt: Callable[[Any], str] = fmt_number, badge: str | None
 
 
 def text(value: Any, href: str | None = None) -> Cell:
-    value = "—" if missing(value) else value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    if missing(value):
+        value = "—"
+    elif isinstance(value, bool):
+        value = "yes" if value else "no"
+    elif not isinstance(value, str):
+        value = json.dumps(value, sort_keys=True)
     return Cell(value, value, href)
 
 
 def runs_table(records: list[dict], rows: pd.DataFrame, hrefs: list[str]) -> Table:
     """One row per run; `rows` are its summary rows (suite.records.to_dataframe) in the same order."""
-    columns = ["run", "provenance", "status", "method", "variant", "baseline", "model", "params", "world size", "seed",
-               "protocol", "steps", "tokens", "FLOPs", "wall s", "tokens/s", "peak memory (max rank)",
-               "params+grads+optimizer (max rank)", "comm bytes/rank/step", "final train loss", "final val loss"]
+    columns = [
+        "run",
+        "provenance",
+        "status",
+        "method",
+        "variant",
+        "baseline",
+        "model",
+        "params",
+        "world size",
+        "seed",
+        "protocol",
+        "steps",
+        "tokens",
+        "FLOPs",
+        "wall s",
+        "tokens/s",
+        "peak memory (max rank)",
+        "params+grads+optimizer (max rank)",
+        "comm bytes/rank/step",
+        "final train loss",
+        "final val loss",
+    ]
     table = Table(columns, css="runs")
     for record, (_, row), href in zip(records, rows.iterrows(), hrefs):
         badge = evidence_label(record["provenance"], record["env"]["device"])
-        table.rows.append([
-            text(row["run_id"], href), Cell(badge, badge, badge=badge), text(row["status"]), text(row["method"]),
-            text(record["variant"] or None), text("yes" if row["baseline"] else "no"), text(row["model"]),
-            number(row["params"]), number(row["world_size"]), number(row["seed"]), text(row["protocol"]),
-            number(row["steps"]), number(row["tokens"]), number(row["flops"], fmt_sci), number(row["wall_s"]),
-            number(row["tokens_per_s"]), number(row["peak_bytes_max"], fmt_bytes), number(row["state_bytes_max"], fmt_bytes),
-            number(row["comm_bytes_per_rank_step"], fmt_bytes), number(row["final_train_loss"]),
-            number(row["final_val_loss"]),
-        ])
+        table.rows.append(
+            [
+                text(row["run_id"], href),
+                Cell(badge, badge, badge=badge),
+                text(row["status"]),
+                text(row["method"]),
+                text(record["variant"] or None),
+                text(bool(row["baseline"])),
+                text(row["model"]),
+                number(row["params"]),
+                number(row["world_size"]),
+                number(row["seed"]),
+                text(row["protocol"]),
+                number(row["steps"]),
+                number(row["tokens"]),
+                number(row["flops"], fmt_sci),
+                number(row["wall_s"]),
+                number(row["tokens_per_s"]),
+                number(row["peak_bytes_max"], fmt_bytes),
+                number(row["state_bytes_max"], fmt_bytes),
+                number(row["comm_bytes_per_rank_step"], fmt_bytes),
+                number(row["final_train_loss"]),
+                number(row["final_val_loss"]),
+            ]
+        )
     return table
 
 
@@ -108,14 +150,25 @@ def env_table(records: list[dict]) -> Table:
         counts[key] = counts.get(key, 0) + 1
     table = Table(["torch", "device", "device name", "backend", "world size", "git sha", "runs"])
     for key, n in counts.items():
-        table.rows.append([text(key[0]), text(key[1]), text(key[2]), text(key[3]), number(key[4]),
-                           text(key[5][:12] if key[5] else None), number(n)])
+        table.rows.append(
+            [
+                text(key[0]),
+                text(key[1]),
+                text(key[2]),
+                text(key[3]),
+                number(key[4]),
+                text(key[5][:12] if key[5] else None),
+                number(n),
+            ]
+        )
     return table
 
 
 def mapping_table(values: dict) -> Table:
     """Any mapping as field/value rows; nested values are shown as JSON."""
-    return Table(["field", "value"], [[text(k), number(v) if _numeric(v) else text(v)] for k, v in values.items()])
+    return Table(
+        ["field", "value"], [[text(k), number(v) if _numeric(v) else text(v)] for k, v in values.items()]
+    )
 
 
 def records_table(items: list[dict], columns: list[str], formats: dict[str, Callable] | None = None) -> Table:
@@ -123,8 +176,14 @@ def records_table(items: list[dict], columns: list[str], formats: dict[str, Call
     formats = formats or {}
     table = Table(columns)
     for item in items:
-        table.rows.append([number(item.get(c), formats.get(c, fmt_number)) if c in formats or _numeric(item.get(c))
-                           else text(item.get(c)) for c in columns])
+        table.rows.append(
+            [
+                number(item.get(c), formats.get(c, fmt_number))
+                if c in formats or _numeric(item.get(c))
+                else text(item.get(c))
+                for c in columns
+            ]
+        )
     return table
 
 

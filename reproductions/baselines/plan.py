@@ -1,0 +1,61 @@
+"""The harness's own comparison: DDP, FSDP2, HSDP, activation checkpointing and bf16, equal tokens.
+
+Smoke: llama-tiny on the embedded text with 2 gloo workers (4 for HSDP), a few seconds each.
+GPU: llama-134m on every visible GPU with NCCL. Paper: not defined (no paper claim here).
+"""
+
+from __future__ import annotations
+
+from suite.config import RunConfig
+from suite.plans import Plan
+
+SMOKE = dict(model="llama-tiny", device="cpu", tokens=81_920, seq_len=128, eval_every=10)
+GPU = dict(model="llama-134m", device="cuda", tokens=8_388_608, micro_batch=8, seq_len=1024, eval_every=50,
+           lr=1e-3)
+
+GLOBAL_SEQUENCES = 16  # global batch of every smoke arm, in sequences
+ARMS = [  # (method, workers in the smoke preset, extra settings)
+    ("ddp", 2, {}),
+    ("fsdp", 2, {}),
+    ("hsdp", 4, {}),
+    ("ddp", 2, {"ac": True}),
+    ("fsdp", 2, {"ac": True}),
+    ("ddp", 2, {"precision": "bf16"}),
+    ("fsdp", 2, {"precision": "bf16"}),
+]
+
+
+def _smoke() -> list[RunConfig]:
+    return [RunConfig(method=m, nproc=n, reproduction="baselines", **{**SMOKE, "micro_batch": GLOBAL_SEQUENCES // n},
+                      **extra) for m, n, extra in ARMS]
+
+
+def _gpu(gpus: int) -> list[RunConfig]:
+    """Every arm on all GPUs (same global batch); HSDP needs at least 4 to have 2 x 2."""
+    return [RunConfig(method=m, nproc=gpus, reproduction="baselines", **GPU, **extra)
+            for m, _, extra in ARMS if m != "hsdp" or gpus >= 4]
+
+
+def _command(cfg: RunConfig) -> str:
+    flags = [f"python -m suite run {cfg.method} --model {cfg.model} --nproc {cfg.nproc} --device {cfg.device}",
+             f"--tokens {int(cfg.tokens)}", f"--set micro_batch={cfg.micro_batch}", f"--set seq_len={cfg.seq_len}",
+             f"--set eval_every={cfg.eval_every}", f"--set lr={cfg.lr}", "--set reproduction=baselines"]
+    if cfg.ac:
+        flags.append("--ac")
+    if cfg.precision != "fp32":
+        flags.append(f"--precision {cfg.precision}")
+    return " ".join(flags)
+
+
+def plan(preset: str) -> Plan:
+    if preset == "smoke":
+        runs = _smoke()
+    elif preset == "gpu":
+        import torch
+
+        runs = _gpu(max(torch.cuda.device_count(), 1))
+    else:
+        raise ValueError("the baselines comparison has no paper preset; use --preset smoke or --preset gpu")
+    for cfg in runs:
+        cfg.command = _command(cfg)
+    return Plan("baselines", preset, runs, protocol="equal tokens, same global batch and seed")

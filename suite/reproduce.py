@@ -1,0 +1,48 @@
+"""Run a reproduction's plan, print its comparison table, and write its HTML report."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from suite.launch import launch
+from suite.plans import Plan
+from suite.records import read_record, summary_row
+
+MB = 1e6
+
+
+def run_plan(plan: Plan, results: Path) -> list[dict]:
+    """Launch every run of the plan in order; a failed run is recorded and the plan goes on."""
+    records = []
+    for i, cfg in enumerate(plan.runs, 1):
+        cfg.results = str(results)
+        print(f"[{i}/{len(plan.runs)}] {cfg.command}", file=sys.stderr, flush=True)
+        path = launch(cfg)
+        records.append(read_record(path))
+        print(path, file=sys.stderr, flush=True)
+    return records
+
+
+def _label(rec: dict) -> str:
+    s = rec["settings"]
+    extras = [x for x, on in (("ac", s["ac"]), (s["precision"], s["precision"] != "fp32")) if on]
+    return "+".join([rec["method"], *extras])
+
+
+def table(records: list[dict]) -> str:
+    """tokens/s, peak memory per rank, bytes per step per rank and final loss, one row per run."""
+    header = f"{'run':<12} {'workers':>7} {'tokens/s':>9} {'peak MB/rank':>12} {'state MB/rank':>13} " \
+             f"{'comm MB/step/rank':>17} {'final val loss':>14} {'status':>9}"
+    lines = [header, "-" * len(header)]
+    for rec in records:
+        row = summary_row(rec)
+
+        def fmt(value, scale=1.0, spec=".1f"):
+            return "-" if value is None else format(value / scale, spec)
+
+        lines.append(f"{_label(rec):<12} {row['world_size']:>7} {fmt(row['tokens_per_s'], spec=',.0f'):>9} "
+                     f"{fmt(row['peak_bytes_max'], MB):>12} {fmt(row['state_bytes_max'], MB):>13} "
+                     f"{fmt(row['comm_bytes_per_rank_step'], MB, '.2f'):>17} "
+                     f"{fmt(row['final_val_loss'], spec='.4f'):>14} {rec['status']:>9}")
+    return "\n".join(lines)

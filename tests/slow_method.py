@@ -1,0 +1,26 @@
+"""A test-only method: DDP that sleeps after every optimizer step, so the throughput gate has a slow-down to find.
+
+Workers register it when SUITE_METHOD_MODULES=tests.slow_method is in their environment
+(suite.strategy.methods imports the modules listed there); nothing outside the tests imports it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import ClassVar
+
+from torch import nn
+
+from baselines.ddp import DDP
+from suite.strategy import Context, register
+
+
+@register
+class SlowDDP(DDP):
+    name = "ddp-slow"
+    baseline = False
+    params: ClassVar[dict] = {"sleep_s": float}
+
+    def after_step(self, model: nn.Module, step: int, ctx: Context) -> None:
+        # inside the step clock, as a slower method's own work would be
+        time.sleep(self.variant.get("sleep_s", 0.0))
