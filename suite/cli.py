@@ -149,6 +149,8 @@ def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
     _check_writable(results)
     for cfg in plan.runs:
         check_config(cfg)
+    for note in plan.notes:
+        print(f"note: {note}", file=sys.stderr)
     records = run_plan(plan, results)
     print(table(records))
     try:

@@ -125,7 +125,8 @@ class Worker:
         self.step_tokens = self.global_rows * self.task.tokens_per_sequence()
         rec = self.record
         rec["baseline"] = self.strategy.baseline
-        rec["variant"] = dict(self.strategy.variant)
+        # composition options are part of the arm: ddp and ddp+ac are different arms of a comparison
+        rec["variant"] = {**self.strategy.variant, "ac": cfg.ac, "precision": cfg.precision}
         rec["model"] = {"name": cfg.model, "params": full_params[0] if full_params else 0,
                         "config": models.model_config(cfg.model, **overrides)}
         rec["data"] = {**self.data.describe(), "name": data_name, "source": self.data.source,
