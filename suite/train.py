@@ -42,6 +42,11 @@ class Task:
     def __init__(self, cfg: RunConfig, kind: str, data) -> None:
         self.cfg, self.kind, self.data = cfg, kind, data
 
+    @property
+    def unit(self) -> str:
+        """What the budget counts: tokens for language models, samples (images) for classifiers."""
+        return "tokens" if self.kind == "lm" else "samples"
+
     def tokens_per_sequence(self) -> int:
         return self.cfg.seq_len if self.kind == "lm" else 1
 
@@ -143,7 +148,7 @@ class Worker:
     # ---- one step ----------------------------------------------------------------------------------
     def train_step(self, step: int) -> float:
         cfg = self.cfg
-        loss_sum = 0.0
+        loss_sum = torch.zeros((), device=self.device)
         for micro in range(cfg.grad_accum):
             last = micro == cfg.grad_accum - 1
             start = micro * self.replicas * cfg.micro_batch + self.replica * cfg.micro_batch
@@ -152,7 +157,7 @@ class Worker:
                 with self.strategy.autocast(self.ctx):
                     loss = self.task.loss(self.model, x, y) / cfg.grad_accum
                 loss.backward()
-            loss_sum += loss.detach().item()
+            loss_sum += loss.detach()
         self.strategy.after_backward(self.model, self.ctx)
         if cfg.grad_clip > 0:
             nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip, foreach=True)
@@ -160,7 +165,7 @@ class Worker:
         self.schedule.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.strategy.after_step(self.model, step, self.ctx)
-        return loss_sum
+        return loss_sum.item()
 
     @torch.no_grad()
     def evaluate(self) -> float:
@@ -195,7 +200,8 @@ class Worker:
         memory = None
         step, tokens = 0, 0
         self._write()
-        with self.ledger:
+        # with meters off the ledger's dispatch mode is not even entered: "off" must cost nothing
+        with self.ledger if cfg.meters else nullcontext():
             while True:
                 metering_flops = cfg.meters and step == cfg.flop_step
                 metering_mem = cfg.meters and step == cfg.mem_step
@@ -242,12 +248,13 @@ class Worker:
         tps = clock.tokens_per_s()
         frac = self.protocol.fraction(p)
         eta = p.wall_s / frac - p.wall_s if frac > 0 and self.protocol.kind != "target" else float("nan")
-        parts = [f"step {p.step}", f"{self.protocol.kind} {100 * frac:5.1f}%", f"tokens {p.tokens:,}",
+        unit = self.task.unit
+        parts = [f"step {p.step}", f"{self.protocol.kind} {100 * frac:5.1f}%", f"{unit} {p.tokens:,}",
                  f"loss {train_loss:.4f}"]
         if p.val_loss is not None:
             parts.append(f"val {p.val_loss:.4f}")
         if tps:
-            parts.append(f"{tps:,.0f} tok/s")
+            parts.append(f"{tps:,.0f} {unit}/s")
         if not math.isnan(eta):
             parts.append(f"eta {eta:.0f}s")
         print(" | ".join(parts), file=sys.stderr, flush=True)
@@ -265,7 +272,8 @@ class Worker:
         rec["totals"] = {"steps": p.step, "tokens": p.tokens, "flops": p.step * flops_per_step,
                          "hardware_flops": p.step * hw_flops_per_step, "wall_s": clock.elapsed}
         rec["protocol"] = self.protocol.describe(p)
-        rec["memory"] = {"method": memories[0]["method"] if memories[0] else "not measured (meters off)",
+        unmeasured = "not measured: " + (f"the run ended before step {cfg.mem_step}" if cfg.meters else "meters off")
+        rec["memory"] = {"method": memories[0]["method"] if memories[0] else unmeasured,
                          "per_rank": [{"rank": r, **{k: v for k, v in m.items() if k != "method"}}
                                       for r, m in enumerate(memories) if m]}
         rec["comm"] = {"method": COMM_METHOD, "steps": p.step if cfg.meters else 0,

@@ -139,7 +139,7 @@ def test_record_fields_and_progress(runs):
     assert rec["protocol"] == {**rec["protocol"], "kind": "tokens", "budget": 6144, "reached": True}
     assert rec["throughput"]["tokens_per_s"] > 0 and rec["env"]["backend"] == "gloo"
     assert rec["command"].startswith("python -m suite run ddp")
-    assert "step 3" in rec["_stderr"] and "tok/s" in rec["_stderr"]
+    assert "step 3" in rec["_stderr"] and "tokens/s" in rec["_stderr"]
 
 
 def test_same_seed_same_curve_bit_for_bit_also_under_users_torchrun(runs, tmp_path):
