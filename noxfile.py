@@ -48,6 +48,13 @@ def reproduce_baselines(session: nox.Session) -> None:
     session.run("python", "-m", "suite", "reproduce", "baselines", *session.posargs)
 
 
+@nox.session(name="reproduce-sdp")
+def reproduce_sdp(session: nox.Session) -> None:
+    """Subnetwork Data Parallelism against DDP: memory, bytes per step and loss (reproductions/sdp)."""
+    install(session)
+    session.run("python", "-m", "suite", "reproduce", "sdp", *session.posargs)
+
+
 @nox.session
 def bench(session: nox.Session) -> None:
     """Throughput of each method beside its baseline (benchmarks/pairs.py) into results/bench/latest.json.

@@ -1,9 +1,9 @@
 """Measuring a pair: launch its baseline and its method one after the other and read their records.
 
-The load of a shared machine drifts over minutes (here: 750 to 1,250 tokens/s for the same DDP run
-within five minutes, while two adjacent launches stayed within 6% of each other), so a ratio is only
-taken from adjacent launches: a pair reuses the previous launch when it is one of its two
-configurations, and otherwise launches both.
+The load of a shared machine drifts over minutes (here: 700 to 1,950 tokens/s for the same DDP run
+within ten minutes, while two adjacent launches mostly stayed within 6% of each other), so a ratio is
+only taken from adjacent launches: a pair reuses the previous launch when it is one of its two
+configurations, and otherwise launches both. More rounds (`--rounds N`) give a median ratio.
 
 A launch's wall time is mostly start-up (every worker imports torch), which no method changes. So the
 time pytest-benchmark reports for a pair is the method's mean step time from its record (after
@@ -13,6 +13,7 @@ by exactly that time. Each launch's wall time stays in extra_info as `launch_s`.
 
 from __future__ import annotations
 
+import statistics
 import time
 from pathlib import Path
 
@@ -59,11 +60,16 @@ def measure(config: Config, results: Path) -> dict:
 
 
 class PairMeter:
-    """Measures pairs in turn, reusing the last launch when a pair needs that configuration again."""
+    """Measures pairs round by round, reusing the last launch when a round needs that configuration again.
+
+    Round after round of one pair thus alternates its two configurations (baseline, method, baseline,
+    ...: n rounds cost n + 1 launches), and each round's ratio comes from two adjacent launches.
+    """
 
     def __init__(self, results: Path, clock: RecordClock = STEP_CLOCK) -> None:
         self.results, self.clock = results, clock
         self.last: dict | None = None
+        self.rounds: dict[str, list[dict]] = {}
 
     def _reuse_or_measure(self, config: Config) -> dict:
         if self.last is not None and self.last["config"] == config.key:
@@ -72,7 +78,7 @@ class PairMeter:
         return self.last
 
     def __call__(self, pair: Pair) -> dict:
-        """The pair's ratio (method tokens/s over baseline tokens/s) and both measurements."""
+        """One round: the ratio of method tokens/s to baseline tokens/s, and both measurements."""
         if self.last is not None and self.last["config"] == pair.method.key:
             method = self._reuse_or_measure(pair.method)
             baseline = self._reuse_or_measure(pair.baseline)
@@ -80,5 +86,12 @@ class PairMeter:
             baseline = self._reuse_or_measure(pair.baseline)
             method = self._reuse_or_measure(pair.method)
         self.clock.now += method["step_s"]
-        return {"pair": pair.name, "ratio": method["tokens_per_s"] / baseline["tokens_per_s"],
-                "tolerance": pair.tolerance, "method": method, "baseline": baseline}
+        result = {"ratio": method["tokens_per_s"] / baseline["tokens_per_s"], "method": method, "baseline": baseline}
+        self.rounds.setdefault(pair.name, []).append(result)
+        return result
+
+    def summary(self, pair: Pair) -> dict:
+        """The pair's ratio over its rounds: their median, which one launch caught in a burst of load moves least."""
+        rounds = self.rounds[pair.name]
+        return {"pair": pair.name, "ratio": statistics.median(r["ratio"] for r in rounds),
+                "tolerance": pair.tolerance, "rounds": rounds}

@@ -1,6 +1,6 @@
 """Throughput of every pair in benchmarks/pairs.py (a method and its baseline) in one pytest-benchmark run.
 
-    pytest benchmarks/test_throughput.py -m bench --benchmark-json results/bench/latest.json [--short]
+    pytest benchmarks/test_throughput.py -m bench --benchmark-json results/bench/latest.json [--short] [--rounds N]
 
 `nox -s bench` runs exactly this; `python -m benchmarks.gate` judges the ratios in the JSON.
 """
@@ -21,5 +21,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("pair", pairs, ids=[p.name for p in pairs])
 
 
-def test_throughput(benchmark, pair: Pair, pair_meter: PairMeter) -> None:
-    benchmark.extra_info.update(benchmark.pedantic(pair_meter, args=(pair,), rounds=1, iterations=1))
+def test_throughput(benchmark, pair: Pair, pair_meter: PairMeter, rounds: int) -> None:
+    benchmark.pedantic(pair_meter, args=(pair,), rounds=rounds, iterations=1)
+    benchmark.extra_info.update(pair_meter.summary(pair))

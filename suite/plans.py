@@ -12,7 +12,7 @@ from pathlib import Path
 from suite.config import RunConfig
 
 PRESETS = ("smoke", "gpu", "paper")
-REPRODUCTIONS = ("baselines",)
+REPRODUCTIONS = ("baselines", "sdp")
 
 
 @dataclass

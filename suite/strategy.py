@@ -82,6 +82,11 @@ class Strategy(ABC):
     def after_backward(self, model: nn.Module, ctx: Context) -> None:
         """Gradient aggregation that no wrapper does."""
 
+    def clip_grad_norm(self, model: nn.Module, max_norm: float, ctx: Context) -> None:
+        """Clip by the norm of the whole model's gradient; a strategy whose ranks hold different parts
+        of the model must compute that norm across ranks, or the holders of one part would diverge."""
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm, foreach=True)
+
     def after_step(self, model: nn.Module, step: int, ctx: Context) -> None:
         """Periodic averaging or outer optimizers."""
 
@@ -98,7 +103,7 @@ class Strategy(ABC):
 
 
 _REGISTRY: dict[str, type[Strategy]] = {}
-_PROVIDERS = ("baselines",)
+_PROVIDERS = ("baselines", "reproductions.sdp")
 # extra modules that register methods (tests, out-of-tree methods); workers inherit the environment
 PROVIDERS_ENV = "SUITE_METHOD_MODULES"
 

@@ -13,7 +13,7 @@ import math
 import os
 import sys
 import traceback
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
 import torch
@@ -101,6 +101,10 @@ class Worker:
             return torch.device("cuda", local)
         return torch.device("cpu")
 
+    def model_scope(self) -> AbstractContextManager:
+        """Where the model and its optimizer are built; the estimator (suite/estimate) makes them fake here."""
+        return nullcontext()
+
     def _broadcast(self, value):
         box = [value]
         dist.broadcast_object_list(box, src=0, group=getattr(self, "control", None))
@@ -123,8 +127,9 @@ class Worker:
             full_params.append(models.num_params(m))
             return m
 
-        self.model = self.strategy.build(make_model, self.ctx)
-        self.optimizer, self.schedule = build_optimizer(self.model, cfg)
+        with self.model_scope():
+            self.model = self.strategy.build(make_model, self.ctx)
+            self.optimizer, self.schedule = build_optimizer(self.model, cfg)
         self.replica, self.replicas = self.strategy.data_replica(self.ctx)
         self.global_rows = self.replicas * cfg.micro_batch * cfg.grad_accum
         self.step_tokens = self.global_rows * self.task.tokens_per_sequence()
@@ -160,7 +165,7 @@ class Worker:
             loss_sum += loss.detach()
         self.strategy.after_backward(self.model, self.ctx)
         if cfg.grad_clip > 0:
-            nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip, foreach=True)
+            self.strategy.clip_grad_norm(self.model, cfg.grad_clip, self.ctx)
         self.optimizer.step()
         self.schedule.step()
         self.optimizer.zero_grad(set_to_none=True)

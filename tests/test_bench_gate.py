@@ -26,12 +26,13 @@ TOY = [Pair("fsdp/ddp", FAST, BASE), Pair("ac/ddp", SLOW, BASE, tolerance=0.2)]
 
 
 def bench_json(tokens_per_s: dict[str, float], pairs: list[Pair] = TOY) -> dict:
-    """The parts of a benchmark JSON the gate reads, as PairMeter and benchmarks/conftest.py write them."""
-    entries = [{"name": f"test_throughput[{p.name}]",
-                "extra_info": {"pair": p.name, "ratio": tokens_per_s[p.method.key] / tokens_per_s[p.baseline.key],
-                               "method": {"config": p.method.key, "tokens_per_s": tokens_per_s[p.method.key]},
-                               "baseline": {"config": p.baseline.key, "tokens_per_s": tokens_per_s[p.baseline.key]}}}
-               for p in pairs if p.method.key in tokens_per_s and p.baseline.key in tokens_per_s]
+    """The parts of a benchmark JSON the gate reads, as PairMeter.summary and benchmarks/conftest.py write them."""
+    entries = []
+    for p in pairs:
+        if p.method.key in tokens_per_s and p.baseline.key in tokens_per_s:
+            ratio = tokens_per_s[p.method.key] / tokens_per_s[p.baseline.key]
+            entries.append({"name": f"test_throughput[{p.name}]",
+                            "extra_info": {"pair": p.name, "ratio": ratio, "rounds": [{"ratio": ratio}]}})
     return {"bench_pairs": [p.name for p in pairs], "datetime": "2026-01-01T00:00:00", "benchmarks": entries}
 
 
@@ -43,14 +44,16 @@ REFERENCE = gate.reference_from(bench_json({BASE.key: 1000.0, FAST.key: 900.0, S
 
 
 class FakeLaunches:
-    """Stands in for `measure`: records the launch order and reports fixed tokens/s per configuration."""
+    """Stands in for `measure`: records the launch order; each launch's tokens/s is its configuration's
+    speed times the machine's load factor at that launch (1 after the given ones)."""
 
-    def __init__(self, tokens_per_s: dict[str, float]) -> None:
-        self.tokens_per_s, self.order = tokens_per_s, []
+    def __init__(self, tokens_per_s: dict[str, float], load: tuple[float, ...] = ()) -> None:
+        self.tokens_per_s, self.load, self.order = tokens_per_s, load, []
 
     def __call__(self, config: Config, results: Path) -> dict:
+        factor = self.load[len(self.order)] if len(self.order) < len(self.load) else 1.0
         self.order.append(config.key)
-        return {"config": config.key, "tokens_per_s": self.tokens_per_s[config.key], "step_s": 0.5}
+        return {"config": config.key, "tokens_per_s": self.tokens_per_s[config.key] * factor, "step_s": 0.5}
 
 
 def test_pair_meter_takes_ratios_from_adjacent_launches_and_reuses_the_last_one(tmp_path, monkeypatch):
@@ -65,6 +68,18 @@ def test_pair_meter_takes_ratios_from_adjacent_launches_and_reuses_the_last_one(
     assert ratios == {"meters": 2000 / 2100, "fsdp/ddp": 0.75, "ac/ddp": 0.25, "ac/nometers": 500 / 2100}
     assert launches.order == [nometers.key, BASE.key, FAST.key, BASE.key, SLOW.key, nometers.key]
     assert clock() == 0.5 * len(pairs)
+
+
+def test_rounds_alternate_the_two_launches_and_the_pair_keeps_their_median(tmp_path, monkeypatch):
+    launches = FakeLaunches({BASE.key: 1000.0, FAST.key: 900.0}, load=(1.0, 1.0, 1.25, 1.5))
+    monkeypatch.setattr("benchmarks.measure.measure", launches)
+    meter, pair = PairMeter(tmp_path, RecordClock()), Pair("fsdp/ddp", FAST, BASE)
+    for _ in range(3):
+        meter(pair)
+    assert launches.order == [BASE.key, FAST.key, BASE.key, FAST.key]
+    summary = meter.summary(pair)
+    assert [r["ratio"] for r in summary["rounds"]] == pytest.approx([0.9, 900 / 1250, 1350 / 1250])
+    assert summary["ratio"] == pytest.approx(0.9)
 
 
 def test_short_gate_needs_five_launches(tmp_path, monkeypatch):
@@ -178,11 +193,11 @@ def test_gate_reports_a_method_slowed_on_purpose(tmp_path, monkeypatch, capsys):
     tiny = (("micro_batch", 2), ("eval_batches", 1))
     pair = Pair("ddp-slow/ddp", Config("ddp-slow", meters=False, sets=(*tiny, ("sleep_s", sleep_s)), steps=4),
                 Config("ddp", meters=False, sets=tiny, steps=4))
-    info = PairMeter(tmp_path, RecordClock())(pair)
-    assert info["method"]["step_s"] >= sleep_s
+    meter = PairMeter(tmp_path, RecordClock())
+    assert meter(pair)["method"]["step_s"] >= sleep_s
     # ddp-slow without its sleep is ddp itself, so the ratio it must keep is 1
     reference = {"pairs": {pair.name: {"ratio": 1.0, "method": pair.method.key, "baseline": pair.baseline.key}}}
-    run = {"bench_pairs": [pair.name], "benchmarks": [{"extra_info": info}]}
+    run = {"bench_pairs": [pair.name], "benchmarks": [{"extra_info": meter.summary(pair)}]}
     code = gate.main([write(tmp_path / "run.json", run), "--reference", write(tmp_path / "ref.json", reference)],
                      [pair])
     out = capsys.readouterr().out

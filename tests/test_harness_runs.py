@@ -19,7 +19,6 @@ from .conftest import ROOT, TINY
 pytestmark = pytest.mark.slow
 
 STEPS3 = ["--tokens", "6144"]  # 3 steps of 2,048 tokens
-STEP1 = ["--tokens", "2048"]
 
 
 def ops(record: dict, rank: int = 0) -> dict[tuple[str, str], dict]:
@@ -118,10 +117,12 @@ def test_activation_checkpointing_same_losses_less_activation_memory(runs):
 
 
 def test_bf16_halves_fsdp_gather_bytes_and_still_learns(runs):
-    # one step each: bf16 matmuls are emulated on CPUs without AVX-512 BF16 (30x slower than fp32)
+    # one small step each: bf16 matmuls are emulated on CPUs without AVX-512 BF16 (30x slower than fp32);
+    # bytes per step do not depend on the batch, and the first loss of a fresh model is about ln(256)
     fp32 = runs("fsdp", "--nproc", "2", *STEPS3)
-    bf16 = runs("fsdp", "--nproc", "2", "--precision", "bf16", *STEP1)
-    ddp = runs("ddp", "--nproc", "2", "--precision", "bf16", *STEP1)
+    small = ["--tokens", "256", "--set", "micro_batch=2", "--set", "seq_len=64"]
+    bf16 = runs("fsdp", "--nproc", "2", "--precision", "bf16", *small)
+    ddp = runs("ddp", "--nproc", "2", "--precision", "bf16", *small)
 
     def per_step(rec, op):
         return ops(rec)[(op, "shard")]["bytes"] / rec["comm"]["steps"]
@@ -162,9 +163,6 @@ def test_flops_time_and_target_budgets(runs):
     assert by_time["totals"]["wall_s"] >= 3 and by_time["protocol"]["kind"] == "time"
     reached = runs("ddp", "--nproc", "2", "--target", "9.0", "--max-tokens", "20000")
     assert reached["protocol"]["reached"] is True and reached["totals"]["steps"] == 2
-    missed = runs("ddp", "--nproc", "2", "--target", "0.01", "--max-tokens", "6144")
-    assert missed["protocol"]["reached"] is False and missed["status"] == "complete"
-    assert missed["totals"]["tokens"] == 6144
 
 
 def test_a_run_that_dies_leaves_a_failed_record(runs):

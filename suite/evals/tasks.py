@@ -27,8 +27,8 @@ from suite.data.text import topic_split
 
 TASKS_DIR = Path(__file__).with_name("tasks")
 LOCAL_TASKS = ("heldout_next",)
-CONTEXT_CHARS = 96
-SPAN_CHARS = 32
+CONTEXT_CHARS = 56
+SPAN_CHARS = 8
 N_CHOICES = 4
 
 
