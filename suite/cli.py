@@ -7,6 +7,7 @@ the fix instead of a traceback from inside torch and a half-written record.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shlex
 import sys
@@ -40,6 +41,8 @@ def _run_parser(sub) -> None:
     p.add_argument("--data", help="text (embedded), fineweb, fineweb-edu, digits (embedded), cifar10, cifar100")
     p.add_argument("--data-root", help="folder of local data files (FineWeb parquet, CIFAR)")
     p.add_argument("--no-meters", dest="meters", action="store_false", help="turn the meters off")
+    p.add_argument("--evals", default="", help="lm-eval tasks on the final model: local (heldout_next) or hub names")
+    p.add_argument("--checkpoint", help="save the final full model here (for `python -m suite evaluate`)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="a config field (lr, micro_batch, seq_len, ...) or a method parameter")
 
@@ -49,7 +52,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> RunConfig:
                     tokens=args.tokens, flops=args.flops, time_s=args.time_s, target=args.target,
                     max_tokens=args.max_tokens, seed=args.seed, results=args.results, ac=args.ac,
                     precision=args.precision, optimizer=args.optimizer, data=args.data,
-                    data_root=args.data_root, meters=args.meters)
+                    data_root=args.data_root, meters=args.meters, evals=args.evals, checkpoint=args.checkpoint)
     cfg.command = shlex.join(["python", "-m", "suite", *argv])
     try:
         return apply_sets(cfg, args.sets)
@@ -73,7 +76,11 @@ def check_config(cfg: RunConfig) -> None:
             raise ValueError("micro_batch and grad_accum must be >= 1 and seq_len >= 2 (--set KEY=VALUE)")
         _check_data(cfg.data or data.default_data_for(kind), cfg.data_root)
         strategy.get_strategy(cfg).check(cfg.nproc)
-    except (ValueError, FileNotFoundError) as err:
+        if cfg.evals:
+            from suite.evals import check_evals
+
+            check_evals([n for n in cfg.evals.split(",") if n])
+    except (ValueError, FileNotFoundError, ConnectionError) as err:
         raise UsageError(str(err)) from None
     if cfg.device == "cuda":
         import torch
@@ -168,6 +175,95 @@ def _default_preset() -> str:
     return "gpu" if torch.cuda.is_available() else "smoke"
 
 
+def _estimate_parser(sub) -> None:
+    p = sub.add_parser("estimate", help="memory, FLOPs and bytes at any world size on fake tensors; "
+                                        "prints the record's path last")
+    p.add_argument("method", help="any registered method (ddp, fsdp, hsdp, b-sdp, ...)")
+    p.add_argument("--model", default=RunConfig.model)
+    p.add_argument("--world-size", type=int, default=8, help="ranks to estimate")
+    p.add_argument("--gpus-per-node", type=int, default=8, help="node size: group tiers, hsdp's default shard")
+    p.add_argument("--ranks", choices=("auto", "all"), default="auto",
+                   help="auto: rank 0 stands for all when sampled ranks match it; all: every rank")
+    p.add_argument("--seed", type=int, default=RunConfig.seed)
+    p.add_argument("--results", default="results/estimates")
+    p.add_argument("--ac", action="store_true", help="activation checkpointing of every block")
+    p.add_argument("--precision", default=RunConfig.precision, help="fp32 or bf16")
+    p.add_argument("--optimizer", default=RunConfig.optimizer)
+    p.add_argument("--data", help="data set (default: the model's embedded one)")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config field (micro_batch, seq_len, ...) or a method parameter")
+    p.add_argument("--measure", action="store_true",
+                   help="also run the same steps for real on --world-size local workers and print both")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="device of the --measure run")
+
+
+def cmd_estimate(args: argparse.Namespace, argv: list[str]) -> int:
+    from suite.estimate import estimate
+    from suite.estimate.compare import compare, format_comparison, measure_beside
+    from suite.estimate.record import format_estimate
+    from suite.records import write_record
+
+    cfg = RunConfig(method=args.method, model=args.model, nproc=args.world_size, seed=args.seed,
+                    results=args.results, ac=args.ac, precision=args.precision, optimizer=args.optimizer,
+                    data=args.data, tokens=1.0, command=shlex.join(["python", "-m", "suite", *argv]))
+    try:
+        apply_sets(cfg, args.sets)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    if args.gpus_per_node < 1:
+        raise UsageError(f"--gpus-per-node must be at least 1, got {args.gpus_per_node}")
+    check_config(cfg)
+    if args.measure:
+        check_config(dataclasses.replace(cfg, device=args.device))
+    rec = estimate(cfg, args.gpus_per_node, args.ranks)
+    path = write_record(rec, Path(args.results) / f"{rec['run_id']}.json")
+    print(format_estimate(rec))
+    if args.measure:
+        measured = measure_beside(rec, cfg, args.device, args.results)
+        print(format_comparison(compare(rec, measured)))
+    print(path)
+    return 0
+
+
+def _simulate_parser(sub) -> None:
+    from suite.sim import PRESETS
+    from suite.sim.collectives import ALGORITHMS
+
+    p = sub.add_parser("simulate", help="project a record's ledger onto a cluster topology (labelled simulated)")
+    p.add_argument("record", help="a run record (measured or estimated)")
+    p.add_argument("--topology", required=True, choices=sorted(PRESETS))
+    p.add_argument("--overlap", type=float, default=0.0,
+                   help="fraction of min(compute, communication) hidden behind the other (0 none, 1 perfect)")
+    p.add_argument("--mfu", type=float, default=0.4, help="compute = busiest rank's FLOPs / (peak x MFU)")
+    p.add_argument("--compute-s", type=float, help="measured compute seconds per step on the target GPU "
+                                                   "(instead of FLOPs / (peak x MFU))")
+    p.add_argument("--algorithm", choices=ALGORITHMS, default="auto")
+    p.add_argument("--write", metavar="DIR", help="also write the simulated record into DIR; prints its path last")
+
+
+def cmd_simulate(args: argparse.Namespace, argv: list[str]) -> int:
+    from suite.records import RecordError, read_record, write_record
+    from suite.sim import format_projection, get_topology, project, simulated_record
+
+    try:
+        record = read_record(args.record)
+    except FileNotFoundError:
+        raise UsageError(f"no record at {args.record!r}; give the path `run` or `estimate` printed") from None
+    except RecordError as err:
+        raise UsageError(str(err)) from None
+    compute = (args.compute_s, f"given: {args.compute_s} s per step") if args.compute_s is not None else None
+    try:
+        proj = project(record, get_topology(args.topology), args.overlap, args.mfu, args.algorithm, compute)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    print(format_projection(proj))
+    if args.write:
+        _check_writable(Path(args.write))
+        sim = simulated_record(record, proj)
+        print(write_record(sim, Path(args.write) / f"{sim['run_id']}.json"))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m suite", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -178,13 +274,19 @@ def parser() -> argparse.ArgumentParser:
                      help="default: gpu where CUDA is available, smoke elsewhere")
     rep.add_argument("--results", help="folder for the run records (default results/runs/NAME-PRESET)")
     rep.add_argument("--report", help="folder for the HTML report (default reports/NAME)")
+    from suite.evals import add_evaluate_command
+
+    add_evaluate_command(sub)
     rp = sub.add_parser("report", help="regenerate the HTML report from run records alone")
     rp.add_argument("results_dir")
     rp.add_argument("-o", "--output", default="reports/latest")
+    _estimate_parser(sub)
+    _simulate_parser(sub)
     return p
 
 
-COMMANDS = {"run": cmd_run, "reproduce": cmd_reproduce, "report": cmd_report}
+COMMANDS = {"run": cmd_run, "reproduce": cmd_reproduce, "report": cmd_report, "estimate": cmd_estimate,
+            "simulate": cmd_simulate}
 
 
 def main(argv: list[str] | None = None) -> int:

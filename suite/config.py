@@ -46,6 +46,8 @@ class RunConfig:
     eval_every: int = 50
     eval_batches: int = 4
     eval_batch: int = 8
+    evals: str = ""  # comma-separated lm-eval tasks run on the final model (rank 0); image runs add top1
+    checkpoint: str | None = None  # where to save the final full model (for `python -m suite evaluate`)
     # metering: FLOPs are counted on step flop_step, memory on step mem_step, both off the clock
     meters: bool = True
     flop_step: int = 0

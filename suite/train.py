@@ -25,6 +25,9 @@ from baselines.optim import build_optimizer, param_groups
 from suite import data as data_lib
 from suite import models
 from suite.config import RunConfig
+from suite.evals import run_evals
+from suite.evals.checkpoint import full_state, plain_model, save_checkpoint
+from suite.evals.vision import image_accuracy
 from suite.meters.clock import StepClock, peak_flops
 from suite.meters.comm import METHOD as COMM_METHOD
 from suite.meters.comm import CommLedger
@@ -235,7 +238,30 @@ class Worker:
                     self._write()
                 if stop:
                     break
+        self._final_evals()
         self._close(progress, clock, flops_per_step, hw_flops_per_step, memory)
+
+    def _final_evals(self) -> None:
+        """Checkpoint and downstream scores of the evaluation model, off the clock and off the ledger."""
+        cfg = self.cfg
+        names = [n for n in cfg.evals.split(",") if n]
+        image = self.task.kind == "image"
+        if not (names or image or cfg.checkpoint):
+            return
+        model, config = self.strategy.eval_model(self.model), self.record["model"]["config"]
+        with self._off_ledger():
+            if cfg.checkpoint:
+                save_checkpoint(model, cfg.checkpoint, cfg.model, config, data=self.record["data"]["name"])
+            if not (names or image):
+                return
+            state = full_state(model)  # a collective under FSDP2: every rank takes part
+        if self.rank != 0:
+            return
+        plain = plain_model(cfg.model, config, state, self.device)
+        if names:
+            self.record["evals"].update(run_evals(plain, names, self.device, seed=cfg.seed))
+        if image:
+            self.record["evals"]["top1"] = image_accuracy(plain, self.data, self.device)
 
     def _plain_model(self) -> nn.Module:
         return getattr(self.model, "module", self.model)

@@ -29,9 +29,8 @@ from torch import nn
 from suite.config import RunConfig
 from suite.data import load_data
 from suite.data.text import topic_split
-from suite.evals import add_evaluate_command, check_evals, cmd_evaluate, run_evals
-from suite.evals import harness
-from suite.evals.checkpoint import load_checkpoint, save_checkpoint
+from suite.evals import add_evaluate_command, check_evals, cmd_evaluate, harness, run_evals
+from suite.evals.checkpoint import full_state, load_checkpoint, plain_model, save_checkpoint
 from suite.evals.lm import NEWLINE, ByteLM
 from suite.evals.tasks import N_CHOICES, SPAN_CHARS, build_local_tasks, next_span_docs, task_config
 from suite.evals.vision import image_accuracy
@@ -311,6 +310,8 @@ def test_checkpoint_roundtrip_and_clear_errors(models, tmp_path):
     with torch.no_grad():
         assert torch.equal(loaded(x), models.trained(x))
     assert meta["model"] == "llama-tiny" and meta["config"]["dim"] == 64 and meta["data"] == "text"
+    with pytest.raises(ValueError, match="do not fit llama-tiny"):
+        plain_model("llama-tiny", {**SMALL, "dim": 32}, full_state(models.trained))
     with pytest.raises(FileNotFoundError, match="save_checkpoint"):
         load_checkpoint(tmp_path / "missing.pt")
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")

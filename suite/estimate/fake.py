@@ -14,9 +14,9 @@ pieces runs unchanged:
   tensors (FSDP2 cuts every parameter into world-size pieces: 512 fake views per parameter would
   take minutes), and `.to(device)` turns it into fake tensors;
 - Module.to() on fake parameters: Module._apply swaps them, and swap_tensors refuses any tensor with a
-  weak reference, which FakeTensorMode's memo keeps on every fake tensor (pytorch#148977, fixed
-  upstream by #196558, which lets swap_tensors ignore those references). The two memo entries are
-  dropped just before a swap; swapping (also from meta) keeps tied weights tied;
+  weak reference, which FakeTensorMode's converter keeps on every tensor it made or converted
+  (pytorch#148977, fixed upstream by #196558, which lets swap_tensors ignore those references). The
+  converter forgets the two tensors just before a swap; swapping (also from meta) keeps tied weights tied;
 - C++ that reads tensor data: DDP checks parameter shapes across ranks, and before its second step
   exchanges its new bucket order in int32 tensors; those run on real (tiny) tensors;
 - `.item()` of a fake loss has no value: a ShapeEnv makes it a symbol instead of an error.
@@ -61,13 +61,17 @@ def fake_world(rank: int, world_size: int, gpus_per_node: int) -> Iterator[None]
         dist.destroy_process_group()
 
 
-def _all_real(args: tuple, kwargs: dict) -> bool:
-    """True when the op's tensors are all real and it makes nothing off the meta device from nothing."""
+def _stays_real(args: tuple, kwargs: dict) -> bool:
+    """True for ops on real tensors that do not move meta tensors to a device, and for makers of meta tensors."""
     tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-    if tensors:
-        return not any(isinstance(t, FakeTensor) for t in tensors)
     device = kwargs.get("device")
-    return device is not None and torch.device(device).type == "meta"
+    to_meta = device is not None and torch.device(device).type == "meta"
+    if not tensors:
+        return to_meta
+    if any(isinstance(t, FakeTensor) for t in tensors):
+        return False
+    # meta -> device is where a model built on meta becomes fake
+    return to_meta or device is None or not all(t.is_meta for t in tensors)
 
 
 def _completed(out: tuple) -> tuple:
@@ -86,7 +90,7 @@ class _Shims(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if _all_real(args, kwargs) or (self.real_ints and kwargs.get("dtype") == torch.int32):
+        if _stays_real(args, kwargs) or (self.real_ints and kwargs.get("dtype") == torch.int32):
             with unset_fake_temporarily():
                 out = func(*args, **kwargs)
         else:
@@ -105,12 +109,16 @@ class FakeTensors:
         self.shims = _Shims()
 
     def _swap_tensors(self, real: Callable) -> Callable:
-        memo = self.mode.fake_tensor_converter.tensor_memo
+        converter = self.mode.fake_tensor_converter
+        memo, seen = converter.tensor_memo, converter.meta_converter.describer.lookup_tensor
 
         def swap_tensors(t1: torch.Tensor, t2: torch.Tensor) -> None:
             for key, value in list(memo.items()):
                 if value is t1 or value is t2:
                     del memo[key]
+            for t in (t1, t2):
+                if t in seen:
+                    del seen[t]
             real(t1, t2)
 
         return swap_tensors

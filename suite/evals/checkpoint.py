@@ -22,6 +22,25 @@ from suite.models import build_model, model_config
 FORMAT = 1
 
 
+def full_state(model: nn.Module) -> dict:
+    """The full state dict as CPU tensors on rank 0, empty on other ranks.
+
+    Under FSDP2 this gathers the shards, a collective: call it on every rank.
+    """
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def plain_model(model_name: str, config: dict, state: dict, device: torch.device | str = "cpu") -> nn.Module:
+    """A single-device model_name with these weights: what rank 0 evaluates after full_state."""
+    with torch.device(device):
+        model = build_model(model_name, **config)
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as err:
+        raise ValueError(f"weights do not fit {model_name} with this config ({str(err).splitlines()[0]})") from None
+    return model
+
+
 def save_checkpoint(model: nn.Module, path: str | Path, model_name: str, config: dict,
                     data: str | None = None) -> Path | None:
     """Write model's full state to path on rank 0; returns the path there, None on other ranks.
@@ -30,7 +49,7 @@ def save_checkpoint(model: nn.Module, path: str | Path, model_name: str, config:
     config is the model's full config (suite.models.model_config); data names the set it trained on.
     """
     config = model_config(model_name, **config)
-    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    state = full_state(model)
     if dist.is_initialized() and dist.get_rank() != 0:
         return None
     path = Path(path)
@@ -52,18 +71,16 @@ def save_checkpoint(model: nn.Module, path: str | Path, model_name: str, config:
 def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> tuple[nn.Module, dict]:
     """The model rebuilt on device with the saved weights, and the rest of the file (model, config, data)."""
     if not Path(path).is_file():
-        raise FileNotFoundError(f"no checkpoint at {str(path)!r}; write one with suite.evals.checkpoint.save_checkpoint")
+        raise FileNotFoundError(f"no checkpoint at {str(path)!r}; write one with "
+                                "suite.evals.checkpoint.save_checkpoint")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError) as err:
         raise ValueError(f"{path}: not a readable checkpoint ({str(err).splitlines()[0]})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise ValueError(f"{path}: not a suite checkpoint of format {FORMAT}; save it with save_checkpoint")
-    with torch.device(device):
-        model = build_model(payload["model"], **payload["config"])
     try:
-        model.load_state_dict(payload["state_dict"])
-    except RuntimeError as err:
-        raise ValueError(f"{path}: weights do not fit {payload['model']} with the saved config "
-                         f"({str(err).splitlines()[0]})") from None
+        model = plain_model(payload["model"], payload["config"], payload["state_dict"], device)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
     return model, {k: v for k, v in payload.items() if k != "state_dict"}

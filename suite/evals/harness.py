@@ -33,6 +33,10 @@ def _is_file(name: str) -> bool:
     return name.endswith((".yaml", ".yml"))
 
 
+def _hub_names(names: list[str]) -> list[str]:
+    return [n for n in names if n not in LOCAL_TASKS and not _is_file(n)]
+
+
 def check_evals(names: list[str]) -> None:
     """Raise at once for what would fail later: no names, a bad task file, Hub tasks with no Hub.
 
@@ -42,7 +46,7 @@ def check_evals(names: list[str]) -> None:
         raise ValueError(f"give eval names, e.g. {LOCAL_TASKS[0]} or {','.join(PAPER_TASKS)}; got {names!r}")
     for name in filter(_is_file, names):
         task_config(name)
-    hub = [n for n in names if n not in LOCAL_TASKS and not _is_file(n)]
+    hub = _hub_names(names)
     if hub:
         _check_hub(hub)
 
@@ -100,7 +104,7 @@ def run_evals(model: nn.Module, names: list[str], device: torch.device, *, limit
     local = [n for n in names if n in LOCAL_TASKS]
     folder = build_local_tasks(seed) if local else None
     configs = [task_config(folder / f"{n}.yaml") for n in local] + [task_config(n) for n in names if _is_file(n)]
-    hub = [n for n in names if n not in LOCAL_TASKS and not _is_file(n)]
+    hub = _hub_names(names)
     manager = TaskManager() if hub else TaskManager(include_defaults=False)
     with _eval_mode(model), _preserved_rng(torch.device(device)):
         out = lm_eval.simple_evaluate(ByteLM(model, device, batch_size), tasks=configs + hub, task_manager=manager,

@@ -1,0 +1,65 @@
+"""Paper-scale estimates on one machine: memory, FLOPs and bytes of a training step at any world size.
+
+`estimate(cfg)` runs the suite's own Worker, strategy and meters for each estimated rank in this one
+process, on fake tensors and torch's fake process group (suite/estimate/fake.py), so no method needs
+code of its own here. Ranks whose local tensors and groups match rank 0's (their signature) are not
+stepped: rank 0 stands for them, and the record says which ranks were checked. The result is a run
+record with provenance `estimated`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Literal
+
+from suite.config import RunConfig
+from suite.estimate.rank import estimate_rank
+from suite.estimate.record import build_record
+from suite.recorder import new_run_id
+
+RANK_POLICIES = ("auto", "all")
+
+
+def sampled_ranks(world_size: int) -> list[int]:
+    """The ranks whose signature `auto` compares with rank 0's: the next one, the middle one, the last."""
+    return sorted({1, world_size // 2, world_size - 1} - {0} & set(range(world_size)))
+
+
+def prepare(cfg: RunConfig) -> RunConfig:
+    """A copy of `cfg` the fake Worker can run: cpu tensors, meters on, a budget and an id of its own."""
+    if cfg.nproc < 1:
+        raise ValueError(f"--world-size must be at least 1, got {cfg.nproc}")
+    out = dataclasses.replace(cfg, device="cpu", meters=True, variant=dict(cfg.variant))
+    if out.tokens is None and out.flops is None and out.time_s is None and out.target is None:
+        out.tokens = 1.0  # the Worker wants a budget; an estimate runs a fixed number of steps
+    if out.run_id is None:
+        out.run_id = f"estimate-{new_run_id(out)}"
+    return out
+
+
+def estimate(cfg: RunConfig, gpus_per_node: int = 8, ranks: Literal["auto", "all"] = "auto") -> dict:
+    """The run record (provenance `estimated`) of `cfg` on `cfg.nproc` ranks, nodes of `gpus_per_node`.
+
+    ranks="auto" steps rank 0 and checks the signature of `sampled_ranks`; if one differs, every rank
+    is stepped. ranks="all" steps every rank.
+    """
+    if ranks not in RANK_POLICIES:
+        raise ValueError(f"ranks must be one of {', '.join(RANK_POLICIES)}, got {ranks!r}")
+    if gpus_per_node < 1:
+        raise ValueError(f"--gpus-per-node must be at least 1, got {gpus_per_node}")
+    cfg = prepare(cfg)
+    world = cfg.nproc
+    start = time.perf_counter()
+    first = estimate_rank(cfg, 0, gpus_per_node)
+    checked = sampled_ranks(world) if ranks == "auto" else []
+    differing = [r for r in checked if estimate_rank(cfg, r, gpus_per_node, step=False).signature != first.signature]
+    if ranks == "auto" and not differing:
+        symmetry = (f"ranks {', '.join(map(str, [0, *checked]))} have the same local tensors and groups (names, "
+                    f"shapes, dtypes, group sizes and tiers); rank 0 stands for all {world}")
+        estimated, stands_for = [first], dict.fromkeys(range(world), 0)
+    else:
+        symmetry = None
+        estimated = [first, *(estimate_rank(cfg, r, gpus_per_node) for r in range(1, world))]
+        stands_for = {r: r for r in range(world)}
+    return build_record(estimated, stands_for, symmetry, checked, gpus_per_node, time.perf_counter() - start)

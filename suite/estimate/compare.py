@@ -1,0 +1,94 @@
+"""An estimate beside the measured run of the same config: what must agree exactly, what within 5%.
+
+`measure_beside` runs the estimated config for real, as many steps, through the suite's launcher (gloo
+workers on CPU; NCCL on CUDA, where the memory meter's peak is torch.cuda.max_memory_allocated), so
+both numbers come from the same loop and meters. FLOPs, bytes and call counts must be equal;
+parameters, gradients and optimizer state too; activations within 5%. The peak and `other` are shown
+but not judged: on CUDA the allocator's peak includes what no tensor tracker sees (CUDA kernels also
+save slightly different attention activations than the CPU kernels the estimate runs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from suite.config import RunConfig
+
+EXACT = 0.0
+ACTIVATIONS = 0.05
+JUDGED_MEMORY = {"params": EXACT, "grads": EXACT, "optimizer": EXACT, "activations": ACTIVATIONS,
+                 "peak_bytes": None, "other": None}
+
+
+@dataclass
+class Row:
+    quantity: str
+    rank: int | None
+    estimated: float
+    measured: float
+    tolerance: float | None  # None: shown, not judged
+
+    @property
+    def ok(self) -> bool | None:
+        if self.tolerance is None:
+            return None
+        return abs(self.estimated - self.measured) <= self.tolerance * max(abs(self.measured), 1.0)
+
+
+def measured_config(estimated: dict, cfg: RunConfig, device: str, results: str | Path) -> RunConfig:
+    """`cfg` as a real run of the estimate's steps on `device`, with the cheapest closing evaluation."""
+    return dataclasses.replace(
+        cfg, device=device, nproc=estimated["parallel"]["world_size"], tokens=float(estimated["totals"]["tokens"]),
+        flops=None, time_s=None, target=None, meters=True, run_id=None, results=str(results),
+        eval_every=estimated["totals"]["steps"] + 1, eval_batches=1, eval_batch=1, variant=dict(cfg.variant))
+
+
+def measure_beside(estimated: dict, cfg: RunConfig, device: str, results: str | Path) -> dict:
+    """Run the estimated config for real; returns the measured record (raises if the run failed)."""
+    from suite.launch import launch
+    from suite.records import read_record
+
+    record = read_record(launch(measured_config(estimated, cfg, device, results)))
+    if record["status"] != "complete":
+        raise RuntimeError(f"the measured run {record['run_id']} ended {record['status']}: {record.get('error')}")
+    return record
+
+
+def _per_rank(section: dict, estimated: dict) -> dict[int, dict]:
+    rows = {row["rank"]: row for row in section["per_rank"]}
+    stands_in = rows.get(0) if estimated.get("estimate", {}).get("symmetry") else None
+    return {r: rows.get(r, stands_in) for r in range(estimated["parallel"]["world_size"])}
+
+
+def compare(estimated: dict, measured: dict) -> list[Row]:
+    """Row by row: totals, each rank's collectives and memory categories."""
+    rows = [Row(q, None, estimated["totals"][q], measured["totals"].get(q, 0), EXACT)
+            for q in ("steps", "tokens", "flops", "hardware_flops")]
+    est_comm, est_mem = _per_rank(estimated["comm"], estimated), _per_rank(estimated["memory"], estimated)
+    for entry in measured["comm"]["per_rank"]:
+        rank = entry["rank"]
+        mine = {(o["op"], o["group"]): o for o in (est_comm[rank] or {"ops": []})["ops"]}
+        for op in entry["ops"]:
+            key = (op["op"], op["group"])
+            ours = mine.pop(key, {"count": 0, "bytes": 0})
+            rows += [Row(f"{op['op']}@{op['group']} {field}", rank, ours[field], op[field], EXACT)
+                     for field in ("count", "bytes")]
+        rows += [Row(f"{o['op']}@{o['group']} bytes", rank, o["bytes"], 0, EXACT) for o in mine.values()]
+    for entry in measured["memory"]["per_rank"]:
+        rank = entry["rank"]
+        ours = est_mem[rank] or {}
+        rows += [Row(q, rank, ours.get(q, 0), entry[q], tol) for q, tol in JUDGED_MEMORY.items()]
+    return rows
+
+
+def format_comparison(rows: list[Row]) -> str:
+    verdict = {True: "ok", False: "DIFFERS", None: "shown"}
+    lines = [f"{'quantity':<34}{'rank':>5}{'estimated':>20}{'measured':>20}{'ratio':>9}  verdict"]
+    for r in rows:
+        ratio = f"{r.estimated / r.measured:.4f}" if r.measured else "-"
+        rank = "all" if r.rank is None else str(r.rank)
+        lines.append(f"{r.quantity[:33]:<34}{rank:>5}{r.estimated:>20,.0f}{r.measured:>20,.0f}{ratio:>9}  "
+                     f"{verdict[r.ok]}")
+    return "\n".join(lines)

@@ -1,0 +1,99 @@
+"""One rank's estimate: the real Worker, strategy and meters, run in the fake world for a few steps.
+
+The metering follows Worker.run: the ledger counts every step, FLOPs are counted on `flop_step` and
+memory on `mem_step`, so an estimate and a measured run of as many steps are comparable number for
+number. The loop's own control messages (stop votes, loss means, record gathering) are not run: they
+need peers.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+
+import torch
+from torch.distributed.tensor import DTensor
+
+from suite.config import RunConfig
+from suite.estimate.fake import FakeTensors, fake_world
+from suite.meters.flops import FlopMeter
+from suite.meters.memory import MemoryMeter
+from suite.train import Worker
+
+
+class FakeWorker(Worker):
+    """The training loop's Worker; its model is built on the meta device and made fake by `.to(device)`."""
+
+    def __init__(self, cfg: RunConfig, fakes: FakeTensors) -> None:
+        self.fakes = fakes
+        super().__init__(cfg)
+
+    @contextmanager
+    def model_scope(self):
+        with torch.device("meta"), self.fakes.active():
+            yield
+
+
+@dataclass
+class RankEstimate:
+    rank: int
+    signature: tuple
+    record: dict
+    steps: int = 0
+    memory: dict = field(default_factory=dict)
+    comm: list = field(default_factory=list)
+    model_flops: int = 0
+    hardware_flops: int = 0
+
+
+def steps_of(cfg: RunConfig) -> int:
+    """Steps an estimate runs: through the later of the FLOP step and the memory step."""
+    return max(cfg.flop_step, cfg.mem_step) + 1
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def signature(worker: Worker) -> tuple:
+    """What a rank's step depends on besides the data: its local tensors and its groups.
+
+    Two ranks with equal signatures run the same ops on the same shapes in groups of the same sizes
+    and tiers, so one's estimate stands for the other's.
+    """
+    model = worker.model
+    tensors = tuple((kind, name, tuple(_local(t).shape), str(t.dtype))
+                    for kind, named in (("param", model.named_parameters()), ("buffer", model.named_buffers()))
+                    for name, t in named)
+    groups = tuple(sorted((g["name"], g["size"], g["tier"]) for g in worker.ctx.groups))
+    return tensors, groups
+
+
+def _run_steps(worker: FakeWorker, steps: int) -> tuple[dict, FlopMeter]:
+    cfg = worker.cfg
+    memory, flops = {}, FlopMeter()
+    with worker.fakes.active(), worker.ledger:
+        for step in range(steps):
+            flop_meter = flops if step == cfg.flop_step else nullcontext()
+            mem_meter = MemoryMeter(worker._plain_model(), worker.optimizer, worker.device) \
+                if step == cfg.mem_step else None
+            with flop_meter, (mem_meter.measure() if mem_meter else nullcontext()):
+                worker.train_step(step)
+            if mem_meter:
+                memory = mem_meter.result()
+    return memory, flops
+
+
+def estimate_rank(cfg: RunConfig, rank: int, gpus_per_node: int, step: bool = True) -> RankEstimate:
+    """Build rank `rank` of `cfg.nproc` on fake tensors and, if `step`, run and meter its steps."""
+    fakes = FakeTensors()
+    with fake_world(rank, cfg.nproc, gpus_per_node):
+        worker = FakeWorker(cfg, fakes)
+        worker.build()
+        out = RankEstimate(rank, signature(worker), worker.record)
+        if step:
+            out.steps = steps_of(cfg)
+            out.memory, flops = _run_steps(worker, out.steps)
+            out.comm = worker.ledger.ops()
+            out.model_flops, out.hardware_flops = flops.model_flops, flops.hardware_flops
+    return out
