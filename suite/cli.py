@@ -210,8 +210,9 @@ def cmd_estimate(args: argparse.Namespace, argv: list[str]) -> int:
         apply_sets(cfg, args.sets)
     except ValueError as err:
         raise UsageError(str(err)) from None
-    if args.gpus_per_node < 1:
-        raise UsageError(f"--gpus-per-node must be at least 1, got {args.gpus_per_node}")
+    if args.world_size < 1 or args.gpus_per_node < 1:
+        raise UsageError(f"--world-size and --gpus-per-node must be at least 1, got {args.world_size} and "
+                         f"{args.gpus_per_node}")
     check_config(cfg)
     if args.measure:
         check_config(dataclasses.replace(cfg, device=args.device))

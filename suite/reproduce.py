@@ -35,7 +35,7 @@ def _label(rec: dict) -> str:
 
 def table(records: list[dict]) -> str:
     """tokens/s, peak memory per rank, bytes per step per rank and final loss, one row per run."""
-    header = f"{'run':<24} {'workers':>7} {'tokens/s':>9} {'peak MB/rank':>12} {'state MB/rank':>13} " \
+    header = f"{'run':<36} {'workers':>7} {'tokens/s':>9} {'peak MB/rank':>12} {'state MB/rank':>13} " \
              f"{'comm MB/step/rank':>17} {'final val loss':>14} {'status':>9}"
     lines = [header, "-" * len(header)]
     for rec in records:
@@ -44,7 +44,7 @@ def table(records: list[dict]) -> str:
         def fmt(value, scale=1.0, spec=".1f"):
             return "-" if value is None else format(value / scale, spec)
 
-        lines.append(f"{_label(rec):<24} {row['world_size']:>7} {fmt(row['tokens_per_s'], spec=',.0f'):>9} "
+        lines.append(f"{_label(rec):<36} {row['world_size']:>7} {fmt(row['tokens_per_s'], spec=',.0f'):>9} "
                      f"{fmt(row['peak_bytes_max'], MB):>12} {fmt(row['state_bytes_max'], MB):>13} "
                      f"{fmt(row['comm_bytes_per_rank_step'], MB, '.2f'):>17} "
                      f"{fmt(row['final_val_loss'], spec='.4f'):>14} {rec['status']:>9}")

@@ -1,0 +1,128 @@
+"""Estimates on fake tensors and the fake process group: records, analytic bytes and memory, symmetry,
+composition, errors; and (slow) the estimate beside a measured gloo run of the same steps.
+"""
+
+import math
+
+import pytest
+import torch.distributed as dist
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+from suite import models
+from suite.cli import main
+from suite.config import RunConfig
+from suite.estimate import estimate, sampled_ranks
+from suite.estimate.compare import compare, format_comparison, measure_beside
+from suite.records import read_record, validate
+
+SMALL = {"micro_batch": 2, "seq_len": 64}
+
+
+def tiny_shapes() -> list[tuple[int, ...]]:
+    return [tuple(p.shape) for p in models.build_model("llama-tiny").parameters()]
+
+
+def padded(shape: tuple[int, ...], n: int) -> int:
+    """FSDP2 shards dim 0, padded to a multiple of the group size."""
+    return math.ceil(shape[0] / n) * n * math.prod(shape[1:])
+
+
+def ops(record: dict, rank: int = 0) -> dict[tuple[str, str], dict]:
+    return {(o["op"], o["group"]): o for o in record["comm"]["per_rank"][rank]["ops"]}
+
+
+@pytest.fixture(scope="module")
+def estimates() -> dict:
+    """Each estimate runs once per module."""
+    cache: dict = {}
+
+    def get(method: str, world: int, **fields) -> dict:
+        key = repr((method, world, sorted(fields.items())))
+        if key not in cache:
+            cache[key] = estimate(RunConfig(method=method, model="llama-tiny", nproc=world, **{**SMALL, **fields}))
+        return cache[key]
+
+    return get
+
+
+def test_ddp_estimate_from_the_command_line(tmp_path, capsys):
+    argv = ["estimate", "ddp", "--model", "llama-tiny", "--world-size", "4", "--results", str(tmp_path),
+            "--set", "micro_batch=2", "--set", "seq_len=64"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[0].startswith("ESTIMATED (fake tensors, fake process group): ddp llama-tiny")
+    rec = read_record(out[-1])
+    n_params = sum(math.prod(s) for s in tiny_shapes())
+    steps = rec["totals"]["steps"]
+    assert rec["provenance"] == "estimated" and rec["env"]["backend"] == "fake"
+    assert rec["estimate"]["estimated_ranks"] == [0] and rec["estimate"]["checked_ranks"] == sampled_ranks(4)
+    assert "rank 0 stands for all 4" in rec["estimate"]["symmetry"]
+    assert ops(rec)[("all_reduce", "replicate")]["bytes"] == steps * 4 * n_params
+    mem = rec["memory"]["per_rank"][0]
+    assert mem["params"] == mem["grads"] == 4 * n_params
+    assert mem["optimizer"] == 2 * 4 * n_params + 4 * len(tiny_shapes())  # exp_avg, exp_avg_sq, step
+    assert mem["rss_peak_bytes"] is None
+    # six matmuls of the blocks and the head, forward and backward, on every rank's tokens
+    assert rec["totals"]["flops"] > 6 * n_params * rec["totals"]["tokens"] * 0.9
+
+
+def test_fsdp_estimate_shards_state_and_gathers_twice(estimates):
+    rec = estimates("fsdp", 4)
+    validate(rec)
+    steps = rec["totals"]["steps"]
+    total = 4 * sum(padded(s, 4) for s in tiny_shapes())
+    led = ops(rec)
+    assert led[("all_gather", "shard")]["bytes"] == 2 * steps * total
+    assert led[("reduce_scatter", "shard")]["bytes"] == steps * total
+    assert rec["memory"]["per_rank"][0]["params"] == total // 4
+    assert rec["parallel"]["mesh"] == {"shard": 4}
+
+
+def test_bf16_halves_gathers_and_checkpointing_recomputes(estimates):
+    fp32, mixed = estimates("fsdp", 4), estimates("fsdp", 4, precision="bf16", ac=True)
+    gathered = [ops(r)[("all_gather", "shard")]["bytes"] for r in (fp32, mixed)]
+    assert gathered[1] * 2 == gathered[0]
+    assert mixed["totals"]["flops"] == fp32["totals"]["flops"]
+    assert mixed["totals"]["hardware_flops"] > mixed["totals"]["flops"]
+    assert mixed["memory"]["per_rank"][0]["activations"] < fp32["memory"]["per_rank"][0]["activations"]
+
+
+def test_ranks_holding_different_blocks_are_each_estimated(estimates):
+    rec = estimates("b-sdp", 2, variant={"C": 0.5})
+    assert rec["estimate"]["symmetry"] is None
+    assert rec["estimate"]["estimated_ranks"] == [0, 1]
+    assert [m["rank"] for m in rec["memory"]["per_rank"]] == [0, 1]
+    full = 4 * sum(math.prod(s) for s in tiny_shapes())
+    assert all(m["params"] < full for m in rec["memory"]["per_rank"])
+    flops = rec["estimate"]["flops_per_rank_step"]
+    assert rec["totals"]["flops"] == rec["totals"]["steps"] * (flops["0"] + flops["1"])
+
+
+def test_bad_input_is_one_line(tmp_path, capsys):
+    assert main(["estimate", "ddp", "--model", "llama-tiny", "--world-size", "0", "--results", str(tmp_path)]) == 2
+    assert "--world-size and --gpus-per-node must be at least 1" in capsys.readouterr().err
+    assert main(["estimate", "nope", "--results", str(tmp_path)]) == 2
+    assert "unknown method 'nope'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="ranks must be one of auto, all"):
+        estimate(RunConfig(method="ddp", nproc=2), ranks="some")
+
+
+def test_an_estimate_needs_a_process_without_a_group():
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        with pytest.raises(RuntimeError, match="outside torchrun"):
+            estimate(RunConfig(method="ddp", nproc=2))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model,method,world", [
+    ("llama-tiny", "ddp", 2), ("llama-tiny", "fsdp", 4), ("llama-50m", "fsdp", 2), ("llama-50m", "ddp", 4)])
+def test_estimate_equals_the_measured_run(tmp_path, model, method, world):
+    cfg = RunConfig(method=method, model=model, nproc=world, micro_batch=1, seq_len=64)
+    estimated = estimate(cfg)
+    measured = measure_beside(estimated, cfg, "cpu", tmp_path)
+    rows = compare(estimated, measured)
+    assert [r for r in rows if r.ok is False] == [], format_comparison(rows)
+    assert {r.rank for r in rows if r.quantity == "params"} == set(range(world))
