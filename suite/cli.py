@@ -1,4 +1,4 @@
-"""python -m suite {run,report}: the command-line contract of DESIGN.md.
+"""python -m suite {run,reproduce,report,evaluate,estimate,simulate}: the command-line contract of DESIGN.md.
 
 Input is checked here, before any worker starts, so that a mistake costs one line of error naming
 the fix instead of a traceback from inside torch and a half-written record.
@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from suite.config import RunConfig, apply_sets
+from suite.evals import add_evaluate_command
 
 
 class UsageError(Exception):
@@ -275,8 +276,6 @@ def parser() -> argparse.ArgumentParser:
                      help="default: gpu where CUDA is available, smoke elsewhere")
     rep.add_argument("--results", help="folder for the run records (default results/runs/NAME-PRESET)")
     rep.add_argument("--report", help="folder for the HTML report (default reports/NAME)")
-    from suite.evals import add_evaluate_command
-
     add_evaluate_command(sub)
     rp = sub.add_parser("report", help="regenerate the HTML report from run records alone")
     rp.add_argument("results_dir")
@@ -286,8 +285,14 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-COMMANDS = {"run": cmd_run, "reproduce": cmd_reproduce, "report": cmd_report, "estimate": cmd_estimate,
-            "simulate": cmd_simulate}
+def cmd_evaluate(args: argparse.Namespace, argv: list[str]) -> int:
+    from suite.evals import cmd_evaluate as evaluate
+
+    return evaluate(args, argv)
+
+
+COMMANDS = {"run": cmd_run, "reproduce": cmd_reproduce, "report": cmd_report, "evaluate": cmd_evaluate,
+            "estimate": cmd_estimate, "simulate": cmd_simulate}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -49,3 +49,9 @@ def test_unwritable_results_folder(tmp_path, capsys):
 def test_report_of_missing_folder(tmp_path, capsys):
     assert main(["report", str(tmp_path / "none")]) == 2
     assert "no results folder" in capsys.readouterr().err
+
+
+def test_evaluate_is_wired_and_names_a_missing_checkpoint(tmp_path, capsys):
+    assert main(["evaluate", str(tmp_path / "none.pt"), "--evals", "heldout_next"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "none.pt" in err and len(err.splitlines()) == 1
