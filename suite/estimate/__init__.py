@@ -22,8 +22,8 @@ RANK_POLICIES = ("auto", "all")
 
 
 def sampled_ranks(world_size: int) -> list[int]:
-    """The ranks whose signature `auto` compares with rank 0's: the next one, the middle one, the last."""
-    return sorted({1, world_size // 2, world_size - 1} - {0} & set(range(world_size)))
+    """The ranks whose signature `auto` compares with rank 0's: the next one and the last one."""
+    return sorted({1, world_size - 1} - {0} & set(range(world_size)))
 
 
 def prepare(cfg: RunConfig) -> RunConfig:
@@ -41,8 +41,8 @@ def prepare(cfg: RunConfig) -> RunConfig:
 def estimate(cfg: RunConfig, gpus_per_node: int = 8, ranks: Literal["auto", "all"] = "auto") -> dict:
     """The run record (provenance `estimated`) of `cfg` on `cfg.nproc` ranks, nodes of `gpus_per_node`.
 
-    ranks="auto" steps rank 0 and checks the signature of `sampled_ranks`; if one differs, every rank
-    is stepped. ranks="all" steps every rank.
+    ranks="auto" steps rank 0 and compares its signature with `sampled_ranks`'; if one differs, every
+    rank is stepped. ranks="all" steps every rank.
     """
     if ranks not in RANK_POLICIES:
         raise ValueError(f"ranks must be one of {', '.join(RANK_POLICIES)}, got {ranks!r}")
@@ -53,10 +53,14 @@ def estimate(cfg: RunConfig, gpus_per_node: int = 8, ranks: Literal["auto", "all
     start = time.perf_counter()
     first = estimate_rank(cfg, 0, gpus_per_node)
     checked = sampled_ranks(world) if ranks == "auto" else []
-    differing = [r for r in checked if estimate_rank(cfg, r, gpus_per_node, step=False).signature != first.signature]
-    if ranks == "auto" and not differing:
-        symmetry = (f"ranks {', '.join(map(str, [0, *checked]))} have the same local tensors and groups (names, "
-                    f"shapes, dtypes, group sizes and tiers); rank 0 stands for all {world}")
+    others = [estimate_rank(cfg, r, gpus_per_node, step=False) for r in checked]
+    if ranks == "auto" and all(o.signature == first.signature for o in others):
+        symmetry = (f"ranks {', '.join(map(str, [0, *checked]))} have the same local tensors (names, storage "
+                    f"bytes, dtypes) and groups (sizes, tiers); rank 0 stands for all {world}")
+        if any(o.numels != first.numels for o in others):
+            bound = all(n <= first.numels[k] for o in others for k, n in o.numels.items())
+            symmetry += ("; some ranks use less of that storage (uneven shards), so their optimizer state "
+                         + ("is smaller: rank 0's numbers are their upper bound" if bound else "differs"))
         estimated, stands_for = [first], dict.fromkeys(range(world), 0)
     else:
         symmetry = None

@@ -38,6 +38,7 @@ class FakeWorker(Worker):
 class RankEstimate:
     rank: int
     signature: tuple
+    numels: dict
     record: dict
     steps: int = 0
     memory: dict = field(default_factory=dict)
@@ -56,17 +57,22 @@ def _local(t: torch.Tensor) -> torch.Tensor:
 
 
 def signature(worker: Worker) -> tuple:
-    """What a rank's step depends on besides the data: its local tensors and its groups.
+    """What a rank's step depends on besides the data: the storage of its local tensors, and its groups.
 
-    Two ranks with equal signatures run the same ops on the same shapes in groups of the same sizes
-    and tiers, so one's estimate stands for the other's.
+    Two ranks with equal signatures run the same ops on the same shapes in groups of the same sizes and
+    tiers, so one's estimate stands for the other's. Storage, not view: FSDP pads uneven shards, so the
+    last ranks' shorter views share the padded size of everyone else's (see `short_views`).
     """
     model = worker.model
-    tensors = tuple((kind, name, tuple(_local(t).shape), str(t.dtype))
+    tensors = tuple((kind, name, _local(t).untyped_storage().nbytes(), str(t.dtype))
                     for kind, named in (("param", model.named_parameters()), ("buffer", model.named_buffers()))
                     for name, t in named)
     groups = tuple(sorted((g["name"], g["size"], g["tier"]) for g in worker.ctx.groups))
     return tensors, groups
+
+
+def local_numels(worker: Worker) -> dict[str, int]:
+    return {name: _local(p).numel() for name, p in worker.model.named_parameters()}
 
 
 def _run_steps(worker: FakeWorker, steps: int) -> tuple[dict, FlopMeter]:
@@ -90,7 +96,7 @@ def estimate_rank(cfg: RunConfig, rank: int, gpus_per_node: int, step: bool = Tr
     with fake_world(rank, cfg.nproc, gpus_per_node):
         worker = FakeWorker(cfg, fakes)
         worker.build()
-        out = RankEstimate(rank, signature(worker), worker.record)
+        out = RankEstimate(rank, signature(worker), local_numels(worker), worker.record)
         if step:
             out.steps = steps_of(cfg)
             out.memory, flops = _run_steps(worker, out.steps)
