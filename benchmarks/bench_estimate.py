@@ -61,7 +61,7 @@ def loopback(world: int = 2) -> None:
     from suite.sim.loopback import fit_tier, measure
 
     sizes = [2**k for k in range(12, 25, 2)]
-    timings = measure(world, sizes) + measure(2 * world, sizes, ["all_reduce"])
+    timings = measure(world, sizes) + measure(2 * world, sizes, ("all_reduce",))
     fitted = [t for t in timings if t["op"] == "all_reduce" and t["n"] == world]
     tier = fit_tier(fitted)
     print(f"fitted on all_reduce x{world}: latency {tier.latency * 1e6:.1f} us, "

@@ -4,11 +4,13 @@ import json
 import math
 
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
 from suite.cli import main
 from suite.config import RunConfig
+from suite.recorder import new_record
 from suite.records import validate
 from suite.sim import PRESETS, Tier, Topology, format_projection, get_topology, project, simulated_record
 from suite.sim.collectives import cost
@@ -88,9 +90,6 @@ def test_bad_topologies_and_names():
 
 def ddp_record(world: int, param_bytes: int = 4 * 10**9, steps: int = 2, flops_per_step: float = 6e15) -> dict:
     """A record shaped like a DDP run's: one gradient all-reduce of `param_bytes` per step."""
-    from suite.recorder import new_record
-    import torch
-
     cfg = RunConfig(method="ddp", model="llama-1b", nproc=world, tokens=1.0, run_id="synthetic-ddp")
     rec = new_record(cfg, world, torch.device("cpu"), "gloo", None)
     ranks = list(range(world))

@@ -35,7 +35,7 @@ def _call(op: str, tensor: torch.Tensor, out: torch.Tensor) -> None:
         raise ValueError(f"no loopback timing for {op!r}; choose one of {', '.join(OPS)}")
 
 
-def _worker(rank: int, world: int, init: str, ops: list[str], sizes: list[int], reps: int, out: str) -> None:
+def _worker(rank: int, world: int, init: str, ops: tuple[str, ...], sizes: list[int], reps: int, out: str) -> None:
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     rows = []
     for op in ops:
@@ -59,7 +59,7 @@ def _worker(rank: int, world: int, init: str, ops: list[str], sizes: list[int], 
     dist.destroy_process_group()
 
 
-def measure(world: int, sizes: list[int], ops: list[str] = list(OPS), reps: int = 5) -> list[dict]:
+def measure(world: int, sizes: list[int], ops: tuple[str, ...] = OPS, reps: int = 5) -> list[dict]:
     """Median seconds per call (slowest rank) of each op and payload size on `world` local gloo processes."""
     if world < 2:
         raise ValueError(f"a collective needs at least 2 processes, got {world}")
