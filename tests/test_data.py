@@ -196,7 +196,7 @@ def write_fake_cifar(root, name: str, per_file: int = 3) -> dict[str, np.ndarray
             (root / folder / f).write_bytes(pickle.dumps({"data": data, label_key: labels}))
             raw[split].append((data, labels))
     (root / folder / meta).write_bytes(pickle.dumps({meta_key: [f"class{i}" for i in range(classes)]}))
-    return {s: (np.vstack([d for d, _ in v]), np.concatenate([l for _, l in v])) for s, v in raw.items()}
+    return {s: (np.vstack([d for d, _ in v]), np.concatenate([labels for _, labels in v])) for s, v in raw.items()}
 
 
 @pytest.mark.parametrize("name", ["cifar10", "cifar100"])

@@ -149,7 +149,8 @@ def _measured(verdict: Verdict, unit: str) -> str:
     if verdict.measured is None:
         return "—"
     spread = "" if verdict.spread is None else f" ± {fmt_number(verdict.spread)}"
-    return f"{fmt_number(verdict.measured)}{spread} {unit} ({verdict.n_seeds} seed{'s' if verdict.n_seeds != 1 else ''})"
+    seeds = f"{verdict.n_seeds} seed{'s' if verdict.n_seeds != 1 else ''}"
+    return f"{fmt_number(verdict.measured)}{spread} {unit} ({seeds})"
 
 
 def _label(record: dict) -> str:
