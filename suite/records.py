@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import jsonschema
 
@@ -44,15 +45,14 @@ def validate(record: dict) -> None:
         raise RecordError(f"record field {where}: {err.message}")
 
 
-def write_record(record: dict, path: str | Path) -> Path:
-    """Validate, then write atomically (temporary file in the same folder, fsync, rename)."""
-    validate(record)
+def atomic_write(path: str | Path, write: Callable[[IO], None], binary: bool = False) -> Path:
+    """Write through `write(file)` into a temporary file in the same folder, fsync, then rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(record, f, indent=1, sort_keys=False, allow_nan=False)
+        with os.fdopen(fd, "wb" if binary else "w") as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -60,6 +60,12 @@ def write_record(record: dict, path: str | Path) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_record(record: dict, path: str | Path) -> Path:
+    """Validate, then write atomically: a reader never sees half a record."""
+    validate(record)
+    return atomic_write(path, lambda f: json.dump(record, f, indent=1, sort_keys=False, allow_nan=False))
 
 
 def read_record(path: str | Path) -> dict:

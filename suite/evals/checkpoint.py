@@ -7,9 +7,7 @@ returns a plain module's own state, so the file loads into a plain single-device
 
 from __future__ import annotations
 
-import os
 import pickle
-import tempfile
 from pathlib import Path
 
 import torch
@@ -18,6 +16,7 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from suite.models import build_model, model_config
+from suite.records import atomic_write
 
 FORMAT = 1
 
@@ -52,20 +51,8 @@ def save_checkpoint(model: nn.Module, path: str | Path, model_name: str, config:
     state = full_state(model)
     if dist.is_initialized() and dist.get_rank() != 0:
         return None
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save({"format": FORMAT, "model": model_name, "config": config, "data": data,
-                        "state_dict": state}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    payload = {"format": FORMAT, "model": model_name, "config": config, "data": data, "state_dict": state}
+    return atomic_write(path, lambda f: torch.save(payload, f), binary=True)
 
 
 def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> tuple[nn.Module, dict]:
