@@ -8,6 +8,7 @@ need peers.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
@@ -29,7 +30,7 @@ class FakeWorker(Worker):
         super().__init__(cfg)
 
     @contextmanager
-    def model_scope(self):
+    def model_scope(self) -> Iterator[None]:
         with torch.device("meta"), self.fakes.active():
             yield
 
