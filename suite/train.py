@@ -110,7 +110,7 @@ class Worker:
 
     def _broadcast(self, value):
         box = [value]
-        dist.broadcast_object_list(box, src=0, group=getattr(self, "control", None))
+        dist.broadcast_object_list(box, src=0, group=self.control)
         return box[0]
 
     # ---- set-up -------------------------------------------------------------------------------
