@@ -74,17 +74,24 @@ def _whole(name: str, minimum: int, meaning: str) -> Callable[[object], int]:
     return convert
 
 
+def maskable_blocks(model: nn.Module) -> list[nn.Module]:
+    """The blocks a worker may drop: those whose output has the shape of their input, so the identity
+    path can stand in. A ResNet block with a projection shortcut (`downsample`: stride or width change)
+    is not one; every worker holds it, with the shared parts."""
+    return [b for b in blocks_of(model) if getattr(b, "downsample", None) is None]
+
+
 def count_blocks(model_name: str) -> int:
-    """Residual blocks of `model_name`, counted on the meta device (no memory, no RNG)."""
+    """Maskable blocks of `model_name`, counted on the meta device (no memory, no RNG)."""
     with torch.device("meta"):
-        return len(blocks_of(models.build_model(model_name)))
+        return len(maskable_blocks(models.build_model(model_name)))
 
 
 def component_of_params(model: nn.Module) -> dict[str, int]:
     """Parameter name -> index of the block holding it, or SHARED."""
     names = {id(m): n for n, m in model.named_modules()}
     owner = {}
-    for index, block in enumerate(blocks_of(model)):
+    for index, block in enumerate(maskable_blocks(model)):
         for name, _ in block.named_parameters(prefix=names[id(block)]):
             owner[name] = index
     return {name: owner.get(name, SHARED) for name, _ in model.named_parameters()}
@@ -93,7 +100,7 @@ def component_of_params(model: nn.Module) -> dict[str, int]:
 def drop_blocks(model: nn.Module, keep: set[int]) -> nn.Module:
     """Replace every block whose index is not in `keep` by SkippedBlock, in place."""
     names = {id(m): n for n, m in model.named_modules()}
-    for index, block in enumerate(blocks_of(model)):
+    for index, block in enumerate(maskable_blocks(model)):
         if index not in keep:
             parent, _, attr = names[id(block)].rpartition(".")
             setattr(model.get_submodule(parent), attr, SkippedBlock())
@@ -107,7 +114,7 @@ def freeze_blocks(model: nn.Module, keep: set[int]) -> nn.Module:
     optimizer, gradient clipping and PyTorch's MemTracker (which hooks every parameter's gradient) then
     all see only what this rank trains.
     """
-    for index, block in enumerate(blocks_of(model)):
+    for index, block in enumerate(maskable_blocks(model)):
         if index in keep:
             continue
         for module in block.modules():
@@ -154,20 +161,25 @@ class SubnetworkDP(Strategy):
 
     def build(self, make_model: Callable[[], nn.Module], ctx: Context) -> nn.Module:
         self.make_model, self.ctx = make_model, ctx
-        model = make_model()
-        self.mask = assign(len(blocks_of(model)), ctx.world_size, self.variant["C"])
-        self.mine = set(self.mask.held[ctx.rank])
-        self.component = component_of_params(model)
-        self.numel = {n: p.numel() for n, p in model.named_parameters()}
-        self.nbytes = {n: p.numel() * p.element_size() for n, p in model.named_parameters()}
-        model = (drop_blocks if self.forward_masked else freeze_blocks)(model, self.mine)
-        model = model.to(ctx.device)
+        model = self._mask_model(make_model(), ctx).to(ctx.device)
         if self.cfg.ac:
             apply_activation_checkpointing(model)
         self._make_groups(ctx)
         self._plan_buckets(model, ctx)
         self.info = self._describe_mask()
         return model
+
+    def _mask_model(self, model: nn.Module, ctx: Context) -> nn.Module:
+        """Choose the mask, map every parameter to its component, and drop or freeze what this rank lacks."""
+        maskable = maskable_blocks(model)
+        self.mask = assign(len(maskable), ctx.world_size, self.variant["C"])
+        self.mine = set(self.mask.held[ctx.rank])
+        self.component = component_of_params(model)
+        self.numel = {n: p.numel() for n, p in model.named_parameters()}
+        self.nbytes = {n: p.numel() * p.element_size() for n, p in model.named_parameters()}
+        names = {id(m): n for n, m in model.named_modules()}
+        self.always_held_blocks = [names[id(b)] for b in blocks_of(model) if b not in maskable]
+        return (drop_blocks if self.forward_masked else freeze_blocks)(model, self.mine)
 
     def holders(self, component: int) -> tuple[int, ...]:
         return tuple(range(self.mask.workers)) if component == SHARED else self.mask.holders[component]
@@ -194,12 +206,16 @@ class SubnetworkDP(Strategy):
         self.check_group = dist.new_group(backend="gloo")
 
     def _plan_buckets(self, model: nn.Module, ctx: Context) -> None:
-        trained = dict(model.named_parameters())
+        trained = self._local_params(model)
         self.names = list(self.component)  # full-model order
         self.trained = [n for n in self.names if n in trained]
         self.local = {**dict(model.named_buffers()), **trained}  # with bb-sdp's frozen blocks
         self.buckets = [(ranks, group, [n for n in self.trained if self.holders(self.component[n]) == ranks])
                         for ranks, group in self.groups.items() if ctx.rank in ranks]
+
+    def _local_params(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """What this rank trains, by the names `component` uses."""
+        return dict(model.named_parameters())
 
     # ---- the loop's hooks ------------------------------------------------------------------------------
     def autocast(self, ctx: Context) -> AbstractContextManager:
@@ -306,8 +322,8 @@ class SubnetworkDP(Strategy):
             theirs = {**dict(full.named_parameters()), **dict(full.named_buffers())}
             for name, t in (*model.named_parameters(), *model.named_buffers()):
                 theirs[name].copy_(t)
-        full_blocks = blocks_of(full) if full is not None else []
-        my_blocks = blocks_of(model)
+        full_blocks = maskable_blocks(full) if full is not None else []
+        my_blocks = maskable_blocks(model)
         held = sorted(self.mine)
         for index in missing:
             src = self.mask.holders[index][0]
@@ -334,6 +350,7 @@ class SubnetworkDP(Strategy):
             "aggregation": self.variant["aggregation"],
             "unit": "residual block",
             "shared": shared,
+            "always_held_blocks": self.always_held_blocks,
             "shared_params": sum(self.numel[n] for n in shared),
             "block_params": [sum(self.numel[n] for n in self.names if self.component[n] == b)
                              for b in range(self.mask.components)],
@@ -386,9 +403,8 @@ def formula_bytes(mask: Mask, component_bytes: dict[int, int], aggregation: str,
                     "is recorded separately"}
 
 
-@register
 class BlockSDP(SubnetworkDP):
-    """B-SDP: whole residual blocks, forward masking."""
+    """B-SDP: whole residual blocks, forward masking (registered by compose.py, which adds the FSDP readings)."""
 
     name = "b-sdp"
 
