@@ -153,7 +153,11 @@ class SubnetworkDP(Strategy):
         if "K" in self.variant and self.variant["K"] != world_size:
             raise ValueError(f"K={self.variant['K']} but the run has {world_size} workers; "
                              f"drop --set K (it defaults to the number of workers) or use --nproc {self.variant['K']}")
-        assign(count_blocks(self.cfg.model), world_size, self.variant["C"])
+        assign(self.count_components(), world_size, self.variant["C"])
+
+    def count_components(self) -> int:
+        """The mask's L: maskable blocks of the configured model (a subclass may mask other units)."""
+        return count_blocks(self.cfg.model)
 
     def setup(self, ctx: Context) -> None:
         self.check(ctx.world_size)
