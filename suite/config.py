@@ -48,10 +48,12 @@ class RunConfig:
     eval_batch: int = 8
     evals: str = ""  # comma-separated lm-eval tasks run on the final model (rank 0); image runs add top1
     checkpoint: str | None = None  # where to save the final full model (for `python -m suite evaluate`)
-    # metering: FLOPs are counted on step flop_step, memory on step mem_step, both off the clock
+    # metering, all off the clock: FLOPs on step flop_step, memory on step mem_step, communication on the
+    # steps from comm_step through one period of the method's pattern (Strategy.comm_period)
     meters: bool = True
     flop_step: int = 0
     mem_step: int = 1
+    comm_step: int = 0
     clock_warmup: int = 2
     log_every: int = 10
     # bookkeeping

@@ -48,6 +48,9 @@ class Strategy(ABC):
     name: str = ""
     baseline: bool = True
     params: dict[str, Callable] = {}
+    # steps after which the method's communication repeats (e.g. averaging every H steps): the ledger
+    # counts one whole period, so per-step bytes are the period's total over its length
+    comm_period: int = 1
 
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg

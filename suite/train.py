@@ -2,8 +2,8 @@
 
 Runs inside each worker started by `suite.launch` (or by a user's own torchrun). Rank 0 writes the
 record: `incomplete` at start and after every evaluation, `complete` at the end, `failed` with the
-error when the run dies. The ledger counts training steps only; the loop's own control messages and
-evaluation are kept off it and off the clock.
+error when the run dies. Meters run on a few steps each, off the clock (suite/meters/schedule.py); the
+ledger sees training steps only, never the loop's control messages or evaluation.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import math
 import os
 import sys
 import traceback
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import torch
@@ -33,6 +33,8 @@ from suite.meters.comm import METHOD as COMM_METHOD
 from suite.meters.comm import CommLedger
 from suite.meters.flops import FlopMeter
 from suite.meters.memory import MemoryMeter
+from suite.meters.schedule import comm_steps as comm_window
+from suite.meters.schedule import metered
 from suite.protocols import Progress, from_args
 from suite.recorder import new_record, new_run_id
 from suite.records import write_record
@@ -180,20 +182,11 @@ class Worker:
         model = self.strategy.eval_model(self.model)
         model.eval()
         losses = []
-        with self._off_ledger():
-            for x, y in self.task.val_batches():
-                with self.strategy.autocast(self.ctx):
-                    losses.append(self.task.loss(model, x.to(self.device), y.to(self.device)).item())
+        for x, y in self.task.val_batches():
+            with self.strategy.autocast(self.ctx):
+                losses.append(self.task.loss(model, x.to(self.device), y.to(self.device)).item())
         model.train()
         return sum(losses) / len(losses)
-
-    @contextmanager
-    def _off_ledger(self):
-        was, self.ledger.enabled = self.ledger.enabled, False
-        try:
-            yield
-        finally:
-            self.ledger.enabled = was
 
     def _mean(self, value: float) -> float:
         t = torch.tensor([value], dtype=torch.float64)
@@ -206,40 +199,38 @@ class Worker:
         clock = StepClock(self.device, cfg.clock_warmup)
         flops_per_step = hw_flops_per_step = 0.0
         memory = None
-        step, tokens = 0, 0
+        step, tokens, comm_steps = 0, 0, 0
         self._write()
-        # with meters off the ledger's dispatch mode is not even entered: "off" must cost nothing
-        with self.ledger if cfg.meters else nullcontext():
-            while True:
-                metering_flops = cfg.meters and step == cfg.flop_step
-                metering_mem = cfg.meters and step == cfg.mem_step
-                flop_meter = FlopMeter() if metering_flops else nullcontext()
-                mem_meter = MemoryMeter(self._plain_model(), self.optimizer, self.device) if metering_mem else None
-                self.ledger.enabled = cfg.meters
-                with clock.step(self.step_tokens, on_clock=not (metering_flops or metering_mem)):
-                    with flop_meter, (mem_meter.measure() if mem_meter else nullcontext()):
-                        train_loss = self.train_step(step)
-                self.ledger.enabled = False
-                if metering_flops:
-                    flops_per_step, hw_flops_per_step = self._sum_flops(flop_meter)
-                if mem_meter:
-                    memory = mem_meter.result()
-                step += 1
-                tokens += self.step_tokens
-                evaluate = step % cfg.eval_every == 0
-                val_loss = self.evaluate() if evaluate else None
-                progress = Progress(step, tokens, step * flops_per_step, clock.elapsed, val_loss)
-                stop = self._broadcast(self.protocol.done(progress) if self.rank == 0 else None)
-                if stop and val_loss is None:
-                    progress = dataclasses.replace(progress, val_loss=self.evaluate())
-                if evaluate or stop or step % cfg.log_every == 0 or step == 1:
-                    self._log(progress, self._mean(train_loss), clock)
-                if evaluate:
-                    self._write()
-                if stop:
-                    break
+        while True:
+            on = metered(cfg, step, self.strategy.comm_period)
+            flop_meter = FlopMeter() if on.flops else nullcontext()
+            mem_meter = MemoryMeter(self._plain_model(), self.optimizer, self.device) if on.memory else None
+            # meters off: the ledger's dispatch mode is not entered, so unmetered steps cost nothing extra
+            with clock.step(self.step_tokens, on_clock=not on.any):
+                with self.ledger if on.comm else nullcontext(), flop_meter, \
+                        (mem_meter.measure() if mem_meter else nullcontext()):
+                    train_loss = self.train_step(step)
+            if on.flops:
+                flops_per_step, hw_flops_per_step = self._sum_flops(flop_meter)
+            if mem_meter:
+                memory = mem_meter.result()
+            comm_steps += on.comm
+            step += 1
+            tokens += self.step_tokens
+            evaluate = step % cfg.eval_every == 0
+            val_loss = self.evaluate() if evaluate else None
+            progress = Progress(step, tokens, step * flops_per_step, clock.elapsed, val_loss)
+            stop = self._broadcast(self.protocol.done(progress) if self.rank == 0 else None)
+            if stop and val_loss is None:
+                progress = dataclasses.replace(progress, val_loss=self.evaluate())
+            if evaluate or stop or step % cfg.log_every == 0 or step == 1:
+                self._log(progress, self._mean(train_loss), clock)
+            if evaluate:
+                self._write()
+            if stop:
+                break
         self._final_evals()
-        self._close(progress, clock, flops_per_step, hw_flops_per_step, memory)
+        self._close(progress, clock, flops_per_step, hw_flops_per_step, memory, comm_steps)
 
     def _final_evals(self) -> None:
         """Checkpoint and downstream scores of the evaluation model, off the clock and off the ledger."""
@@ -249,12 +240,11 @@ class Worker:
         if not (names or image or cfg.checkpoint):
             return
         model, config = self.strategy.eval_model(self.model), self.record["model"]["config"]
-        with self._off_ledger():
-            if cfg.checkpoint:
-                save_checkpoint(model, cfg.checkpoint, cfg.model, config, data=self.record["data"]["name"])
-            if not (names or image):
-                return
-            state = full_state(model)  # a collective under FSDP2: every rank takes part
+        if cfg.checkpoint:
+            save_checkpoint(model, cfg.checkpoint, cfg.model, config, data=self.record["data"]["name"])
+        if not (names or image):
+            return
+        state = full_state(model)  # a collective under FSDP2: every rank takes part
         if self.rank != 0:
             return
         plain = plain_model(cfg.model, config, state, self.device)
@@ -296,7 +286,7 @@ class Worker:
         return out
 
     def _close(self, p: Progress, clock: StepClock, flops_per_step: float, hw_flops_per_step: float,
-               memory: dict | None) -> None:
+               memory: dict | None, comm_steps: int) -> None:
         cfg, rec = self.cfg, self.record
         memories = self._gather(memory)
         ledgers = self._gather(self.ledger.ops())
@@ -307,7 +297,9 @@ class Worker:
         rec["memory"] = {"method": memories[0]["method"] if memories[0] else unmeasured,
                          "per_rank": [{"rank": r, **{k: v for k, v in m.items() if k != "method"}}
                                       for r, m in enumerate(memories) if m]}
-        rec["comm"] = {"method": COMM_METHOD, "steps": p.step if cfg.meters else 0,
+        window = comm_window(cfg, self.strategy.comm_period)
+        rec["comm"] = {"method": f"{COMM_METHOD}; counted on steps {window.start}-{window.stop - 1} "
+                                 f"(one period of the method's pattern), off the clock", "steps": comm_steps,
                        "per_rank": [{"rank": r, "ops": ops} for r, ops in enumerate(ledgers)]}
         tps = clock.tokens_per_s()
         peak = rec["env"]["peak_flops"]

@@ -139,6 +139,8 @@ def test_record_fields_and_progress(runs):
     assert rec["totals"]["steps"] == 3 and rec["totals"]["tokens"] == 6144
     assert rec["protocol"] == {**rec["protocol"], "kind": "tokens", "budget": 6144, "reached": True}
     assert rec["throughput"]["tokens_per_s"] > 0 and rec["env"]["backend"] == "gloo"
+    # steps 0-1 are warm-up and carry the meters; the ledger counted step 0 only, so step 2 is timed
+    assert rec["comm"]["steps"] == 1 and rec["throughput"]["timed_steps"] == 1
     assert rec["command"].startswith("python -m suite run ddp")
     assert "step 3" in rec["_stderr"] and "tokens/s" in rec["_stderr"]
 

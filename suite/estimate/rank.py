@@ -1,9 +1,8 @@
 """One rank's estimate: the real Worker, strategy and meters, run in the fake world for a few steps.
 
-The metering follows Worker.run: the ledger counts every step, FLOPs are counted on `flop_step` and
-memory on `mem_step`, so an estimate and a measured run of as many steps are comparable number for
-number. The loop's own control messages (stop votes, loss means, record gathering) are not run: they
-need peers.
+The metering follows Worker.run through the same schedule (suite/meters/schedule.py), so an estimate
+and a measured run are comparable number for number. The loop's own control messages (stop votes,
+loss means, record gathering) are not run: they need peers.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from suite.config import RunConfig
 from suite.estimate.fake import FakeTensors, fake_world
 from suite.meters.flops import FlopMeter
 from suite.meters.memory import MemoryMeter
+from suite.meters.schedule import last_metered_step, metered
 from suite.train import Worker
 
 
@@ -42,15 +42,16 @@ class RankEstimate:
     numels: dict
     record: dict
     steps: int = 0
+    comm_steps: int = 0
     memory: dict = field(default_factory=dict)
     comm: list = field(default_factory=list)
     model_flops: int = 0
     hardware_flops: int = 0
 
 
-def steps_of(cfg: RunConfig) -> int:
-    """Steps an estimate runs: through the later of the FLOP step and the memory step."""
-    return max(cfg.flop_step, cfg.mem_step) + 1
+def steps_of(cfg: RunConfig, period: int) -> int:
+    """Steps an estimate runs: through the last metered one."""
+    return last_metered_step(cfg, period) + 1
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -76,19 +77,20 @@ def local_numels(worker: Worker) -> dict[str, int]:
     return {name: _local(p).numel() for name, p in worker.model.named_parameters()}
 
 
-def _run_steps(worker: FakeWorker, steps: int) -> tuple[dict, FlopMeter]:
+def _run_steps(worker: FakeWorker, steps: int) -> tuple[dict, FlopMeter, int]:
     cfg = worker.cfg
-    memory, flops = {}, FlopMeter()
-    with worker.fakes.active(), worker.ledger:
+    memory, flops, comm_steps = {}, FlopMeter(), 0
+    with worker.fakes.active():
         for step in range(steps):
-            flop_meter = flops if step == cfg.flop_step else nullcontext()
-            mem_meter = MemoryMeter(worker._plain_model(), worker.optimizer, worker.device) \
-                if step == cfg.mem_step else None
-            with flop_meter, (mem_meter.measure() if mem_meter else nullcontext()):
+            on = metered(cfg, step, worker.strategy.comm_period)
+            mem_meter = MemoryMeter(worker._plain_model(), worker.optimizer, worker.device) if on.memory else None
+            with worker.ledger if on.comm else nullcontext(), flops if on.flops else nullcontext(), \
+                    (mem_meter.measure() if mem_meter else nullcontext()):
                 worker.train_step(step)
             if mem_meter:
                 memory = mem_meter.result()
-    return memory, flops
+            comm_steps += on.comm
+    return memory, flops, comm_steps
 
 
 def estimate_rank(cfg: RunConfig, rank: int, gpus_per_node: int, step: bool = True) -> RankEstimate:
@@ -99,8 +101,8 @@ def estimate_rank(cfg: RunConfig, rank: int, gpus_per_node: int, step: bool = Tr
         worker.build()
         out = RankEstimate(rank, signature(worker), local_numels(worker), worker.record)
         if step:
-            out.steps = steps_of(cfg)
-            out.memory, flops = _run_steps(worker, out.steps)
+            out.steps = steps_of(cfg, worker.strategy.comm_period)
+            out.memory, flops, out.comm_steps = _run_steps(worker, out.steps)
             out.comm = worker.ledger.ops()
             out.model_flops, out.hardware_flops = flops.model_flops, flops.hardware_flops
     return out

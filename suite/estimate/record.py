@@ -47,7 +47,7 @@ def build_record(ranks: list[RankEstimate], stands_for: dict[int, int], symmetry
                    "hardware_flops": steps * per_step_hw, "wall_s": 0.0},
         "memory": {"method": _memory_method(first.memory["method"]),
                    "per_rank": [_memory_row(by_rank[stands_for[r]], r) for r in listed]},
-        "comm": {"method": f"{COMM_METHOD}; counted on the fake process group", "steps": steps,
+        "comm": {"method": f"{COMM_METHOD}; counted on the fake process group", "steps": first.comm_steps,
                  "per_rank": [{"rank": r, "ops": by_rank[stands_for[r]].comm} for r in listed]},
         "throughput": {"tokens_per_s": None, "samples_per_s": None, "step_s": None, "mfu": None},
         "flops_method": (f"FlopCounterMode on fake tensors, step {rec['settings']['flop_step']} of each estimated "
@@ -78,8 +78,9 @@ def format_estimate(rec: dict) -> str:
             "peak_bytes", "params", "grads", "optimizer", "activations", "other")))
     lines.append(f"  FLOPs per step, all ranks: model {rec['totals']['flops'] / steps:.4g}, "
                  f"hardware {rec['totals']['hardware_flops'] / steps:.4g}")
+    comm_steps = rec["comm"]["steps"]
     for entry in rec["comm"]["per_rank"][:1]:
         for op in entry["ops"]:
             lines.append(f"  rank {entry['rank']}: {op['op']} on {op['group']} ({op['group_size']}, {op.get('tier')}): "
-                         f"{op['count'] / steps:g} calls, {op['bytes'] / steps / 2 ** 20:,.1f} MiB per step")
+                         f"{op['count'] / comm_steps:g} calls, {op['bytes'] / comm_steps / 2 ** 20:,.1f} MiB per step")
     return "\n".join(lines)
