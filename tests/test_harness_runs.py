@@ -172,3 +172,18 @@ def test_a_run_that_dies_leaves_a_failed_record(runs):
                expect_ok=False)
     assert rec["status"] == "failed"
     assert "injected failure at step 2" in rec["error"]
+
+
+def test_resnet18_on_digits_counts_samples_and_all_reduces_its_gradients(tmp_path):
+    from .conftest import run_cli
+
+    proc = run_cli(["run", "ddp", "--model", "resnet18", "--nproc", "2", "--tokens", "48", "--set", "micro_batch=8",
+                    "--set", "eval_every=100", "--set", "eval_batches=1", "--results", str(tmp_path)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = read_record(proc.stdout.strip().splitlines()[-1])
+    assert rec["status"] == "complete" and rec["data"]["name"] == "digits"
+    assert rec["totals"]["steps"] == 3 and rec["totals"]["tokens"] == 48  # 16 images per step
+    assert 0 <= rec["evals"]["top1"]["value"] <= 1 and rec["evals"]["top1"]["n"] > 300
+    params = sum(p.numel() for p in models.build_model("resnet18", num_classes=10, in_channels=3).parameters())
+    assert ops(rec)[("all_reduce", "replicate")]["bytes"] == rec["comm"]["steps"] * 4 * params
+    assert rec["memory"]["per_rank"][0]["params"] == 4 * params

@@ -86,6 +86,25 @@ def test_optimizer_step_temporaries_are_other_not_optimizer_state():
     assert result["other"] > 0
 
 
+def test_frozen_parameters_count_as_params_without_gradients():
+    torch.manual_seed(0)
+    model = MLP(64, 2)
+    model.blocks[0].requires_grad_(False)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad])
+    batches = [torch.randn(64, 64)]
+    train_step(model, optimizer, batches)
+    meter = MemoryMeter(model, optimizer, torch.device("cpu"))
+    with meter.measure():
+        model(batches[0]).square().mean().backward()
+        optimizer.step()
+    result = meter.result()
+    trained = sum(p.numel() * 4 for p in model.blocks[1].parameters())
+    optimizer_state = 2 * trained + 4 * len(list(model.blocks[1].parameters()))
+    assert result["params"] == local_param_bytes(model)
+    # left after the step: every parameter, and gradients and optimizer state of the trained ones only
+    assert result["state_bytes"] == local_param_bytes(model) + trained + optimizer_state
+
+
 def test_checkpointing_lowers_activations_at_peak():
     torch.manual_seed(0)
     batches = [torch.randn(512, 64)]

@@ -3,6 +3,7 @@
 PyTorch's MemTracker (FSDPMemTracker when the root is an FSDP2 module) tags every tensor storage it sees
 as parameter, gradient, optimizer state, activation or temporary, and keeps the category totals at the
 moment of the peak. This module only adds what it lacks for a training loop:
+- frozen parameters, which it would try to hook for gradients and fail on;
 - the mapping of its categories onto the five of the run record (`MEMTRACKER_CATEGORIES`,
   `FSDP_CATEGORIES`);
 - steps of several micro-batches: the trackers take a second forward of a top-level module for a
@@ -98,13 +99,29 @@ def _forget_repeated_top_module(tracker: MemTracker, module: nn.Module) -> None:
         del tracker.memory_tracking[module]
 
 
-class _StepMemTracker(MemTracker):
+class _NoHook:
+    def remove(self) -> None:
+        pass
+
+
+class _FrozenParams:
+    """Frozen parameters (requires_grad=False) get no gradient hook: torch's tracker would try to hook them and
+    raise, though they never have a gradient; they are still counted as parameters."""
+
+    def _track_module_params_and_buffers(self, module: nn.Module, install_grad_hooks: bool = True) -> tuple[int, int]:
+        for param in module.parameters():
+            if not param.requires_grad and param not in self._param_to_grad_hook_handles:
+                self._param_to_grad_hook_handles[param] = (_NoHook(), _NoHook())
+        return super()._track_module_params_and_buffers(module, install_grad_hooks)
+
+
+class _StepMemTracker(_FrozenParams, MemTracker):
     def _pre_fw_hook(self, module: nn.Module, inputs) -> None:
         _forget_repeated_top_module(self, module)
         super()._pre_fw_hook(module, inputs)
 
 
-class _StepFSDPMemTracker(FSDPMemTracker):
+class _StepFSDPMemTracker(_FrozenParams, FSDPMemTracker):
     def _fsdp_state_pre_forward(self, fsdp_mod, orig_fsdp_state_pre_fw):
         pre_forward = super()._fsdp_state_pre_forward(fsdp_mod, orig_fsdp_state_pre_fw)
 
