@@ -5,10 +5,13 @@ within ten minutes, while two adjacent launches mostly stayed within 6% of each 
 only taken from adjacent launches: a pair reuses the previous launch when it is one of its two
 configurations, and otherwise launches both. More rounds (`--rounds N`) give a median ratio.
 
+Within a launch, a burst of load slows a few steps: a launch's speed is its median timed step (the
+record's `step_s_median`; warm-up and metered steps excluded), which such a burst moves least.
+
 A launch's wall time is mostly start-up (every worker imports torch), which no method changes. So the
-time pytest-benchmark reports for a pair is the method's mean step time from its record (after
-warm-up, metered steps excluded): STEP_CLOCK is the benchmarks' timer, and measuring a pair moves it
-by exactly that time. Each launch's wall time stays in extra_info as `launch_s`.
+time pytest-benchmark reports for a pair is the method's median step time from its record:
+STEP_CLOCK is the benchmarks' timer, and measuring a pair moves it by exactly that time. Each launch's
+wall time stays in extra_info as `launch_s`.
 """
 
 from __future__ import annotations
@@ -49,8 +52,9 @@ def measure(config: Config, results: Path) -> dict:
     throughput, row = rec["throughput"], summary_row(rec)
     return {
         "config": config.key,
-        "tokens_per_s": throughput["tokens_per_s"],
-        "step_s": throughput["step_s"],
+        "tokens_per_s": rec["parallel"]["global_batch_tokens"] / throughput["step_s_median"],
+        "tokens_per_s_mean": throughput["tokens_per_s"],
+        "step_s": throughput["step_s_median"],
         "timed_steps": throughput["timed_steps"],
         "comm_bytes_per_rank_step": row["comm_bytes_per_rank_step"],
         "peak_bytes_max": row["peak_bytes_max"],
@@ -78,7 +82,7 @@ class PairMeter:
         return self.last
 
     def __call__(self, pair: Pair) -> dict:
-        """One round: the ratio of method tokens/s to baseline tokens/s, and both measurements."""
+        """One round: the ratio of method tokens/s to baseline tokens/s (median steps), and both measurements."""
         if self.last is not None and self.last["config"] == pair.method.key:
             method = self._reuse_or_measure(pair.method)
             baseline = self._reuse_or_measure(pair.baseline)

@@ -307,6 +307,7 @@ class Worker:
             "tokens_per_s": tps,
             "samples_per_s": tps / self.task.tokens_per_sequence() if tps else None,
             "step_s": clock.step_s(),
+            "step_s_median": clock.median_step_s(),
             "timed_steps": clock.timed_steps,
             "mfu": (flops_per_step / clock.step_s()) / (peak * self.world) if peak and clock.step_s() and
             flops_per_step else None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 from contextlib import contextmanager
 
@@ -33,6 +34,7 @@ class StepClock:
         self.timed_s = 0.0
         self.timed_steps = 0
         self.timed_tokens = 0
+        self.durations: list[float] = []
         self._seen = 0
 
     def _sync(self) -> None:
@@ -53,9 +55,14 @@ class StepClock:
             self.timed_s += dt
             self.timed_steps += 1
             self.timed_tokens += tokens
+            self.durations.append(dt)
 
     def tokens_per_s(self) -> float | None:
         return self.timed_tokens / self.timed_s if self.timed_s > 0 else None
 
     def step_s(self) -> float | None:
         return self.timed_s / self.timed_steps if self.timed_steps else None
+
+    def median_step_s(self) -> float | None:
+        """The median timed step: on a shared machine a burst of load slows a few steps, and moves it least."""
+        return statistics.median(self.durations) if self.durations else None
