@@ -1,0 +1,211 @@
+"""N-SDP and SDP on vision models: slicing, memory, equality with DDP at C = 1, holders, bytes, ResNet-18 runs.
+
+The tests marked slow launch real gloo runs (2 or 3 ranks, 2-3 steps each); the rest run in one process.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from functools import cache
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from baselines.optim import build_optimizer
+from reproductions.sdp.method import count_blocks, drop_blocks
+from reproductions.sdp.neurons import GroupSlice, cut_tensors, group_bounds, local_starts, neuron_layers, slice_neurons
+from suite.config import RunConfig
+from suite.meters.memory import MemoryMeter
+from suite.models import build_model
+from suite.records import read_record
+from suite.strategy import get_strategy
+from tests.conftest import run_cli
+from tests.test_sdp_method import aggregation_bytes, losses
+
+GROUPS = 8
+SMALL = ["--set", "micro_batch=4", "--tokens", "3072"]  # 1,024 tokens a step at 2 ranks: 3 steps; 2 at 3 ranks
+INPUTS = {"llama-tiny": lambda: torch.randint(0, 256, (2, 16)),
+          "resnet18": lambda: torch.randn(2, 3, 32, 32),
+          "swin-t": lambda: torch.randn(1, 3, 32, 32)}
+
+
+@cache
+def _model(name: str) -> nn.Module:
+    torch.manual_seed(0)
+    return build_model(name).eval()  # eval: Swin's stochastic depth off, BatchNorm on its running statistics
+
+
+def zero_dropped(model: nn.Module, keep: set[int], groups: int) -> nn.Module:
+    """The full model with every tensor entry of the groups not in `keep` set to zero, in place."""
+    tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    with torch.no_grad():
+        for name, (dim, bounds) in cut_tensors(model, groups).items():
+            for g, (start, length) in enumerate(bounds):
+                if g not in keep:
+                    tensors[name].narrow(dim, start, length).zero_()
+    return model
+
+
+@settings(max_examples=12, deadline=None)
+@given(name=st.sampled_from(sorted(INPUTS)), keep=st.sets(st.integers(0, GROUPS - 1), min_size=1))
+def test_sliced_model_equals_the_full_model_with_dropped_neurons_zeroed(name, keep):
+    x = INPUTS[name]()
+    with torch.no_grad():
+        expected = zero_dropped(copy.deepcopy(_model(name)), keep, GROUPS)(x)
+        got = slice_neurons(copy.deepcopy(_model(name)), keep, GROUPS)(x)
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+
+
+@settings(max_examples=200, deadline=None)
+@given(width=st.integers(1, 4096), groups=st.integers(1, 64), data=st.data())
+def test_groups_tile_the_layer_and_kept_groups_tile_the_slice(width, groups, data):
+    groups = min(groups, width)
+    bounds = group_bounds(width, groups)
+    assert [s for s, _ in bounds] == [0, *[s + n for s, n in bounds[:-1]]]
+    assert sum(n for _, n in bounds) == width
+    assert max(n for _, n in bounds) - min(n for _, n in bounds) <= 1
+    keep = data.draw(st.sets(st.integers(0, groups - 1), min_size=1))
+    starts = local_starts(bounds, keep)
+    assert [starts[g] for g in sorted(keep)] == [sum(bounds[h][1] for h in sorted(keep) if h < g) for g in sorted(keep)]
+
+
+def test_group_slices_write_through_to_the_sliced_gradient():
+    """SubnetworkDP scatters aggregated gradients into GroupSlice.grad; the views must alias the real gradient."""
+    bounds = group_bounds(10, 4)  # lengths 2, 3, 2, 3
+    keep = {1, 3}
+    w = nn.Parameter(torch.zeros(4, 6))  # a layer of 10 input neurons, sliced to groups 1 and 3
+    w.grad = torch.zeros_like(w)
+    slices = [GroupSlice(w, 1, start, bounds[g][1]) for g, start in local_starts(bounds, keep).items()]
+    assert sum(s.numel() for s in slices) == w.numel() == 4 * (bounds[1][1] + bounds[3][1])
+    for value, s in enumerate(slices, start=1):
+        s.grad.copy_(torch.full_like(s.grad, value))
+    assert w.grad[:, :bounds[1][1]].eq(1).all() and w.grad[:, bounds[1][1]:].eq(2).all()
+
+
+def _train_step_memory(model: nn.Module) -> dict:
+    optimizer, _ = build_optimizer(model, RunConfig())
+    tokens = torch.randint(0, 256, (4, 65))
+    meter = MemoryMeter(model, optimizer, torch.device("cpu"))
+    with meter.measure():
+        out = model(tokens[:, :-1])
+        nn.functional.cross_entropy(out.flatten(0, 1), tokens[:, 1:].flatten()).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return meter.result()
+
+
+def test_forward_masked_worker_allocates_nothing_for_dropped_neurons():
+    torch.manual_seed(0)
+    full = build_model("llama-tiny")
+    cut = cut_tensors(full, GROUPS)
+    params = dict(full.named_parameters())
+    keep = {0, 1, 2, 3}  # worker 0 of K = 2 at C = 0.5
+    kept = sum(p.numel() // p.shape[cut[n][0]] * sum(cut[n][1][g][1] for g in keep) if n in cut else p.numel()
+               for n, p in params.items())
+    sliced = slice_neurons(copy.deepcopy(full), keep, GROUPS)
+    assert sum(p.numel() for p in sliced.parameters()) == kept
+    masked, ddp = _train_step_memory(sliced), _train_step_memory(full)
+    assert masked["params"] == 4 * kept
+    assert masked["optimizer"] == pytest.approx(2 * masked["params"], rel=1e-3)  # AdamW's two moments
+    assert masked["state_bytes"] / ddp["state_bytes"] == pytest.approx(kept / sum(p.numel() for p in params.values()),
+                                                                      rel=1e-3)
+    assert masked["peak_bytes"] < ddp["peak_bytes"]
+
+
+def test_resnet_blocks_with_a_shortcut_projection_stay_with_every_worker():
+    # WRN-18 also widens (64 -> 128 channels) through layer1.0's shortcut
+    assert (count_blocks("resnet18"), count_blocks("wrn18"), count_blocks("swin-t")) == (5, 4, 12)
+    model = drop_blocks(copy.deepcopy(_model("resnet18")), keep=set())
+    assert [n for n, m in model.named_modules() if getattr(m, "downsample", None) is not None] == \
+        ["layer2.0", "layer3.0", "layer4.0"]
+    assert model(INPUTS["resnet18"]()).shape == (2, 10)
+
+
+@pytest.mark.parametrize("model,variant,fix", [
+    ("resnet18", {"groups": 100}, "groups=64 or fewer"),
+    ("llama-tiny", {"groups": 0}, "whole number >= 1"),
+    ("llama-tiny", {"C": 0.25}, "C=0.5 or more"),
+])
+def test_bad_parameters_name_the_fix(model, variant, fix):
+    with pytest.raises(ValueError, match=fix):
+        get_strategy(RunConfig(method="n-sdp", model=model, variant=dict(variant))).check(2)
+
+
+def test_a_model_without_neuron_layers_names_the_fix():
+    with pytest.raises(ValueError, match="use --model llama-tiny"):
+        neuron_layers(nn.Sequential(nn.Linear(4, 4)))
+
+
+# ---- real gloo runs ----------------------------------------------------------------------------------------
+def nsdp(runs, nproc: int, *sets: str) -> dict:
+    args = ["n-sdp", "--nproc", str(nproc), *SMALL, "--set", "check_every=1"]
+    for s in sets:
+        args += ["--set", s]
+    return runs(*args)
+
+
+def image_run(tmp_path, method: str, *sets: str) -> dict:
+    """A 3-step ResNet-18 run on the embedded digits (the `runs` fixture fixes the model to llama-tiny)."""
+    args = ["run", method, "--model", "resnet18", "--nproc", "2", "--tokens", "24", "--set", "micro_batch=4",
+            "--set", "log_every=1", "--set", "eval_every=2", "--set", "eval_batches=2", "--results", str(tmp_path)]
+    for s in sets:
+        args += ["--set", s]
+    proc = run_cli(args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return read_record(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_c1_equals_ddp_bit_for_bit(runs):
+    ddp = runs("ddp", "--nproc", "2", *SMALL)
+    full = nsdp(runs, 2, "C=1")
+    assert ddp["status"] == full["status"] == "complete"
+    assert len(ddp["curve"]) >= 2
+    assert losses(full) == losses(ddp)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc,sets", [
+    (2, ["C=0.75"]),  # 6 of 8 groups each: holder counts 1 and 2
+    (3, ["C=0.5"]),  # 4 of 8 groups each over 3 workers: holder counts 1 and 2, three holder sets
+    (2, ["C=0.75", "aggregation=dense"]),
+])
+def test_holders_stay_identical_and_bytes_match_the_formula(runs, nproc, sets):
+    record = nsdp(runs, nproc, *sets)
+    assert record["status"] == "complete", record.get("error")
+    info = record["parallel"]["sdp"]
+    assert info["unit"] == "MLP neuron group"
+    assert info["holder_checks"] == record["totals"]["steps"] >= 2
+    payload, wire = aggregation_bytes(record)
+    assert payload == info["formula"]["payload_bytes_per_rank"]
+    assert wire == pytest.approx(info["formula"]["wire_bytes_per_rank"], rel=1e-12)
+
+
+@pytest.mark.slow
+def test_evaluation_assembles_the_full_model(runs):
+    """With lr = 0 the weights never move, so rank 0's assembled model is the initial full model: DDP's val loss."""
+    ddp = runs("ddp", "--nproc", "2", *SMALL, "--set", "lr=0")
+    masked = nsdp(runs, 3, "C=0.5", "lr=0")
+    initial = {p["val_loss"] for p in ddp["curve"] if p["val_loss"] is not None}
+    assert len(initial) == 1
+    assert {p["val_loss"] for p in masked["curve"] if p["val_loss"] is not None} == initial
+
+
+@pytest.mark.slow
+def test_resnet18_runs_under_b_sdp_and_n_sdp(tmp_path):
+    ddp = image_run(tmp_path / "ddp", "ddp")
+    for method, unit in [("b-sdp", "residual block"), ("n-sdp", "conv channel group")]:
+        record = image_run(tmp_path / method, method, "check_every=1")
+        info = record["parallel"]["sdp"]
+        assert record["status"] == "complete" and info["unit"] == unit
+        assert info["holder_checks"] == record["totals"]["steps"] == 3
+        assert all(math.isfinite(p["val_loss"]) for p in record["curve"] if p["val_loss"] is not None)
+        assert aggregation_bytes(record)[0] == info["formula"]["payload_bytes_per_rank"]
+        ratio = max(m["params"] for m in record["memory"]["per_rank"]) / ddp["memory"]["per_rank"][0]["params"]
+        assert ratio < 1
+        if method == "b-sdp":
+            assert info["always_held_blocks"] == ["layer2.0", "layer3.0", "layer4.0"]
