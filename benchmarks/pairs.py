@@ -85,6 +85,10 @@ PAIRS: list[Pair] = [
     # bf16 steps are 8-25x slower than fp32 on this AVX2-only CPU (no bf16 kernels): fewer steps
     Pair("ddp-bf16/ddp", Config("ddp", precision="bf16", steps=5), DDP),
     Pair("hsdp/ddp", Config("hsdp", nproc=4), Config("ddp", nproc=4)),
+    # SDP (reproductions/sdp): 2 of llama-tiny's 4 blocks per worker, against DDP at the same world size
+    Pair("b-sdp/ddp", Config("b-sdp", sets=(("C", 0.5),)), DDP, short=True),
+    Pair("b-sdp-dense/b-sdp", Config("b-sdp", sets=(("C", 0.5), ("aggregation", "dense"))),
+         Config("b-sdp", sets=(("C", 0.5),))),
 ]
 
 
