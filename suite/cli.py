@@ -261,7 +261,7 @@ def cmd_simulate(args: argparse.Namespace, argv: list[str]) -> int:
     print(format_projection(proj))
     if args.write:
         _check_writable(Path(args.write))
-        sim = simulated_record(record, proj)
+        sim = simulated_record(record, proj, shlex.join(["python", "-m", "suite", *argv]))
         print(write_record(sim, Path(args.write) / f"{sim['run_id']}.json"))
     return 0
 

@@ -110,3 +110,48 @@ def apply_sets(cfg: RunConfig, pairs: list[str]) -> RunConfig:
         else:
             cfg.variant[key] = _parse(value, None)
     return cfg
+
+
+# RunConfig fields that `python -m suite run` takes as flags of their own; every other field is `--set`
+_FLAGS = {"model": "--model", "nproc": "--nproc", "device": "--device", "tokens": "--tokens", "flops": "--flops",
+          "time_s": "--time", "target": "--target", "max_tokens": "--max-tokens", "seed": "--seed",
+          "ac": "--ac", "precision": "--precision", "optimizer": "--optimizer", "data": "--data",
+          "data_root": "--data-root", "meters": "--no-meters", "evals": "--evals", "checkpoint": "--checkpoint"}
+_NOT_SETTINGS = ("method", "results", "variant", "run_id", "command")
+# an estimate runs a fixed number of steps on fake tensors: no budget, device, meters switch or evaluation
+_NOT_ESTIMATE = ("device", "tokens", "flops", "time_s", "target", "max_tokens", "meters", "evals", "checkpoint",
+                 "data_root")
+
+
+def _flag_value(value: object) -> str:
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    if isinstance(value, float):
+        return repr(value)  # the shortest text that reads back as the same float
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def command_line(cfg: RunConfig, verb: str = "run") -> str:
+    """The `python -m suite run|estimate` command that gives `cfg`: the fields that differ from the defaults.
+
+    Plans record it as the command of each run (DESIGN.md: a record names the command that made it).
+    """
+    if verb not in ("run", "estimate"):
+        raise ValueError(f"verb must be run or estimate, got {verb!r}")
+    default, skip = RunConfig(), _NOT_SETTINGS + (_NOT_ESTIMATE if verb == "estimate" else ())
+    world_flag = "--world-size" if verb == "estimate" else "--nproc"
+    parts = ["python", "-m", "suite", verb, cfg.method]
+    for name in FIELDS:
+        value = getattr(cfg, name)
+        if name in skip or (value == getattr(default, name) and name not in ("model", "nproc")):
+            continue
+        if name in ("ac", "meters"):
+            parts += [_FLAGS[name]] if value != getattr(default, name) else []
+        elif name in _FLAGS:
+            parts += [world_flag if name == "nproc" else _FLAGS[name], _flag_value(value)]
+        else:
+            parts += ["--set", f"{name}={_flag_value(value)}"]
+    parts += [arg for k, v in cfg.variant.items() for arg in ("--set", f"{k}={_flag_value(v)}")]
+    return " ".join(parts)

@@ -1,6 +1,9 @@
 """A reproduction's plan: the runs of a preset, the protocol they share, and where its claims live.
 
-Each reproduction package provides `plan(preset: str) -> Plan` in `reproductions/<name>/plan.py`.
+Each reproduction package provides `plan(preset: str) -> Plan` in `reproductions/<name>/plan.py`. Runs
+are launched for real; estimates are paper-scale configurations stepped on fake tensors (suite/estimate),
+each optionally projected onto network topologies (suite/sim), so claims at a scale this machine cannot
+run get numbers labelled `estimated` and `simulated`, never mixed with measurements.
 """
 
 from __future__ import annotations
@@ -16,6 +19,20 @@ REPRODUCTIONS = ("baselines", "sdp")
 
 
 @dataclass
+class Estimate:
+    """One configuration to estimate, on nodes of `gpus_per_node`, and the topologies to project it onto.
+
+    A projection's compute time is the busiest rank's FLOPs / (the topology's peak x `mfu`): an assumption
+    the simulated record states.
+    """
+
+    cfg: RunConfig
+    gpus_per_node: int = 8
+    topologies: tuple[str, ...] = ()
+    mfu: float = 0.4
+
+
+@dataclass
 class Plan:
     name: str
     preset: str
@@ -23,6 +40,7 @@ class Plan:
     protocol: str
     claims: Path | None = None
     notes: list[str] = field(default_factory=list)
+    estimates: list[Estimate] = field(default_factory=list)
 
 
 def package_of(name: str) -> str:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
+from suite.config import command_line
 from suite.launch import launch
-from suite.plans import Plan
-from suite.records import read_record, summary_row
+from suite.plans import Estimate, Plan
+from suite.records import read_record, summary_row, write_record
 
 MB = 1e6
 
@@ -21,7 +23,28 @@ def run_plan(plan: Plan, results: Path) -> list[dict]:
         path = launch(cfg)
         records.append(read_record(path))
         print(path, file=sys.stderr, flush=True)
+    for i, est in enumerate(plan.estimates, 1):
+        records += run_estimate(est, results, f"estimate {i}/{len(plan.estimates)}")
     return records
+
+
+def run_estimate(est: Estimate, results: Path, progress: str) -> list[dict]:
+    """The estimate's record and one simulated record per topology, written into `results`."""
+    from suite.estimate import estimate
+    from suite.sim import get_topology, project, simulated_record
+
+    command = f"{command_line(est.cfg, 'estimate')} --gpus-per-node {est.gpus_per_node} --results {results}"
+    print(f"[{progress}] {command}", file=sys.stderr, flush=True)
+    record = estimate(dataclasses.replace(est.cfg, results=str(results), command=command), est.gpus_per_node)
+    path = write_record(record, results / f"{record['run_id']}.json")
+    print(path, file=sys.stderr, flush=True)
+    out = [record]
+    for name in est.topologies:
+        sim = simulated_record(record, project(record, get_topology(name), mfu=est.mfu),
+                               f"python -m suite simulate {path} --topology {name} --mfu {est.mfu} --write {results}")
+        print(write_record(sim, results / f"{sim['run_id']}.json"), file=sys.stderr, flush=True)
+        out.append(sim)
+    return out
 
 
 def _label(rec: dict) -> str:

@@ -130,9 +130,9 @@ def test_projection_across_nodes_uses_the_network():
 
 def test_simulated_record_is_labelled_and_valid():
     rec = ddp_record(16)
-    sim = simulated_record(rec, project(rec, A100))
+    sim = simulated_record(rec, project(rec, A100), "python -m suite simulate r.json --topology a100")
     validate(sim)
-    assert sim["provenance"] == "simulated"
+    assert sim["provenance"] == "simulated" and sim["command"] == "python -m suite simulate r.json --topology a100"
     assert sim["env"]["device_name"] == A100.gpu
     assert sim["throughput"]["tokens_per_s"] > 0
     assert sim["simulation"]["topology"]["name"] == A100.name

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from suite.config import RunConfig
+from suite.config import RunConfig, command_line
 from suite.plans import Plan
 
 SMOKE = dict(model="llama-tiny", device="cpu", tokens=81_920, seq_len=128, eval_every=10)
@@ -48,17 +48,6 @@ def _gpu(gpus: int) -> list[RunConfig]:
             for m, _, extra in ARMS if m != "hsdp" or gpus >= 4]
 
 
-def _command(cfg: RunConfig) -> str:
-    flags = [f"python -m suite run {cfg.method} --model {cfg.model} --nproc {cfg.nproc} --device {cfg.device}",
-             f"--tokens {int(cfg.tokens)}", f"--set micro_batch={cfg.micro_batch}", f"--set seq_len={cfg.seq_len}",
-             f"--set eval_every={cfg.eval_every}", f"--set lr={cfg.lr}", "--set reproduction=baselines"]
-    if cfg.ac:
-        flags.append("--ac")
-    if cfg.precision != "fp32":
-        flags.append(f"--precision {cfg.precision}")
-    return " ".join(flags)
-
-
 def plan(preset: str) -> Plan:
     if preset == "smoke":
         runs = _smoke()
@@ -69,7 +58,7 @@ def plan(preset: str) -> Plan:
     else:
         raise ValueError("the baselines comparison has no paper preset; use --preset smoke or --preset gpu")
     for cfg in runs:
-        cfg.command = _command(cfg)
+        cfg.command = command_line(cfg)
     notes = [] if preset != "smoke" or native_bf16_cpu() else [
         "bf16 arms left out: this CPU has no native bf16 matmul (AVX-512 BF16 / AMX), so bf16 would measure an "
         "emulation; the tests still run bf16 for bytes and loss, and the gpu preset includes it"]

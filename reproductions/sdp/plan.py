@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from suite.config import RunConfig
+from suite.config import RunConfig, command_line
 from suite.meters.flops import FlopMeter
 from suite.models import build_model
 from suite.plans import Plan
@@ -82,18 +82,6 @@ def _paper() -> list[RunConfig]:
     return runs
 
 
-def command(cfg: RunConfig) -> str:
-    budget = f"--tokens {int(cfg.tokens)}" if cfg.tokens else f"--flops {cfg.flops:.6g}"
-    flags = [f"python -m suite run {cfg.method} --model {cfg.model} --nproc {cfg.nproc} --device {cfg.device}",
-             budget, f"--seed {cfg.seed}", "--set reproduction=sdp"]
-    if cfg.data:
-        flags.append(f"--data {cfg.data}")
-    for key in ("micro_batch", "seq_len", "eval_every", "lr"):
-        flags.append(f"--set {key}={getattr(cfg, key)}")
-    flags += [f"--set {k}={v}" for k, v in cfg.variant.items()]
-    return " ".join(flags)
-
-
 def plan(preset: str) -> Plan:
     if preset == "smoke":
         runs = _arms(SMOKE, SMOKE_WORKERS, SMOKE_STEPS, _seeds(1), extra=True)
@@ -103,7 +91,7 @@ def plan(preset: str) -> Plan:
         runs = _paper()
     for cfg in runs:
         cfg.reproduction = "sdp"
-        cfg.command = command(cfg)
+        cfg.command = command_line(cfg)
     notes = []
     if preset == "smoke" and len(_seeds(1)) < 3:
         notes.append("one seed per arm: the quality cards are inconclusive by design (SDP_SEEDS=3 runs three)")

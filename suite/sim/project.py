@@ -113,13 +113,15 @@ def project(record: dict, topology: Topology, overlap: float = 0.0, mfu: float =
         ops=[t for t in ops if t.rank == slowest])
 
 
-def simulated_record(record: dict, proj: Projection) -> dict:
-    """`record` re-labelled `simulated`, with the projection's throughput and how it was computed."""
+def simulated_record(record: dict, proj: Projection, command: str) -> dict:
+    """`record` re-labelled `simulated`, with the projection's throughput, how it was computed, and the
+    `python -m suite simulate` command that made it."""
     rec = copy.deepcopy(record)
     rec.pop("_path", None)
     steps = rec["totals"]["steps"]
     rec.update({
         "run_id": f"sim-{proj.topology.name}-{record['run_id']}",
+        "command": command,
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "status": "complete",
         "provenance": "simulated",

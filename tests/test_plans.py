@@ -1,0 +1,42 @@
+"""Plans: every run's recorded command gives back its config, and a plan's estimates write estimated and
+simulated records whose commands say how they were made."""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+
+import pytest
+
+from suite.cli import config_from_args, parser
+from suite.config import RunConfig
+from suite.plans import REPRODUCTIONS, Estimate, load_plan
+from suite.records import read_record, validate
+from suite.reproduce import run_estimate
+
+A100 = "4xA100-nvlink-4x200gbIB"
+
+
+@pytest.mark.parametrize("name", REPRODUCTIONS)
+def test_smoke_commands_give_back_their_runs(name):
+    for cfg in load_plan(name, "smoke").runs:
+        argv = shlex.split(cfg.command)[3:]
+        back = config_from_args(parser().parse_args(argv), argv)
+        assert dataclasses.replace(back, command="", results=cfg.results) == dataclasses.replace(cfg, command="")
+
+
+def test_estimates_write_estimated_and_simulated_records(tmp_path):
+    cfg = RunConfig(method="ddp", model="llama-tiny", nproc=8, micro_batch=2, seq_len=64, reproduction="demo")
+    estimated, simulated = run_estimate(Estimate(cfg, gpus_per_node=4, topologies=(A100,)), tmp_path, "1/1")
+    for rec in (estimated, simulated):
+        validate(rec)
+        assert read_record(tmp_path / f"{rec['run_id']}.json")["provenance"] == rec["provenance"]
+    assert estimated["provenance"] == "estimated" and simulated["provenance"] == "simulated"
+    assert estimated["command"] == ("python -m suite estimate ddp --model llama-tiny --world-size 8 "
+                                    "--set micro_batch=2 --set seq_len=64 --set reproduction=demo "
+                                    f"--gpus-per-node 4 --results {tmp_path}")
+    assert simulated["command"].startswith(f"python -m suite simulate {tmp_path}/{estimated['run_id']}.json "
+                                           f"--topology {A100} --mfu 0.4")
+    # 8 ranks on nodes of 4: DDP's all-reduce crosses nodes, and the projection prices it on InfiniBand
+    assert any(op["tier"] == "inter-node" for op in estimated["comm"]["per_rank"][0]["ops"])
+    assert simulated["simulation"]["comm_s"] > 0
