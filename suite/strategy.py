@@ -38,8 +38,7 @@ class Context:
     def label_group(self, group: dist.ProcessGroup | None, name: str, tier: str | None = None) -> None:
         """Name a process group (and its tier) in the communication ledger and the record."""
         label = self.ledger.label_group(group, name, tier)
-        self.groups.append({"name": name, "size": label.size, "tier": label.tier,
-                            "ranks": dist.get_process_group_ranks(group or dist.group.WORLD)})
+        self.groups.append({"name": name, "size": label.size, "tier": label.tier, "ranks": list(label.ranks)})
 
 
 class Strategy(ABC):

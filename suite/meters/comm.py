@@ -75,7 +75,11 @@ def wire_bytes(op: str, payload: int, group_size: int) -> float:
 class GroupLabel:
     name: str
     tier: str
-    size: int
+    ranks: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
 
 
 def tier_of(ranks: list[int]) -> str:
@@ -108,17 +112,17 @@ class CommLedger(TorchDispatchMode):
 
     def label_group(self, group: dist.ProcessGroup | None, name: str, tier: str | None = None) -> GroupLabel:
         group = group or dist.group.WORLD
-        ranks = dist.get_process_group_ranks(group)
-        label = GroupLabel(name, tier or tier_of(ranks), len(ranks))
+        ranks = tuple(dist.get_process_group_ranks(group))
+        label = GroupLabel(name, tier or tier_of(ranks), ranks)
         self._labels[group.group_name] = label
         return label
 
     def _label(self, group_name: str) -> GroupLabel:
         if group_name not in self._labels:
             group = dist.distributed_c10d._resolve_process_group(group_name)
-            ranks = dist.get_process_group_ranks(group)
+            ranks = tuple(dist.get_process_group_ranks(group))
             fallback = "world" if group == dist.group.WORLD else f"group{group_name}"
-            self._labels[group_name] = GroupLabel(fallback, tier_of(ranks), len(ranks))
+            self._labels[group_name] = GroupLabel(fallback, tier_of(ranks), ranks)
         return self._labels[group_name]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
