@@ -1,3 +1,4 @@
-"""Subnetwork Data Parallelism; importing this package registers b-sdp, bb-sdp (method.py) and n-sdp (neurons.py)."""
+"""Subnetwork Data Parallelism; importing this package registers b-sdp (compose.py), bb-sdp (method.py) and
+n-sdp (neurons.py)."""
 
-from reproductions.sdp import method, neurons  # noqa: F401  (registration)
+from reproductions.sdp import compose, method, neurons  # noqa: F401  (registration)

@@ -1,0 +1,343 @@
+"""B-SDP composed with FSDP2: `--set fsdp=holders` (reading b) and `--set fsdp=worker --set G=...` (reading a).
+
+How the paper composes SDP with FSDP is not known (CLAIMS.md section 1); both readings are built here
+from torch's own pieces (`fully_shard`, `DeviceMesh.from_group`), so `estimate` and the meters run them
+unchanged. Blocks a rank does not hold are dropped before sharding (forward masking, as in b-sdp).
+
+- holders (b): world = K ranks, one per SDP worker. Each held block is `fully_shard`-ed over a 1-D mesh of
+  exactly its holder ranks; the shared parts (embeddings, final norm, head) over all ranks. FSDP2
+  reduce-scatters a block's gradient over that mesh and divides by the mesh size, which is SDP's
+  aggregation (sum over holders / holder count), so SDP's own after_backward does nothing. Per-rank
+  model state is then FSDP's (each component sharded over c holders holds 1/c of it on each of c ranks);
+  the saving is in activations and the unsharded temporaries of blocks a rank does not run.
+- worker (a): world = K x G ranks; worker w is ranks w*G .. w*G+G-1, which FSDP-shard w's subnetwork.
+  A block held by workers H lives on a 2-D mesh (replicate = H, shard = G): HSDP per holder set. Chosen
+  over all-reducing the local shards by hand because FSDP2 then does the whole aggregation: reduce-
+  scatter inside the worker, all-reduce of the shard across the holder workers' ranks with the same
+  shard index, division by |H| * G (each rank's loss is the mean of its micro-batch, so that is the mean
+  over the holders' rows: SDP's holder average at G times the per-worker batch). One holder worker:
+  a 1-D shard mesh, no replicate all-reduce.
+Deadlock: every rank issues its collectives in increasing block order in forward (decreasing in backward),
+and every collective on a holder mesh involves exactly that block's holders, so there is no cycle of
+waits; the groups themselves are created in one order on every rank.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+
+from baselines import precision
+from baselines.checkpointing import apply_activation_checkpointing
+from baselines.fsdp import _gradient_sync
+from reproductions.sdp.masks import Mask
+from reproductions.sdp.method import SHARED, BlockSDP, _whole, drop_blocks, maskable_blocks
+from suite.strategy import Context, register
+
+READINGS = ("none", "holders", "worker")
+
+
+def _reading(value: object) -> str:
+    if value not in READINGS:
+        raise ValueError(f"fsdp must be one of {', '.join(READINGS)}, got {value!r}; pass --set fsdp=holders "
+                         "(each block sharded over its holders) or --set fsdp=worker --set G=2 (workers of G ranks)")
+    return str(value)
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def padded_numel(shape: tuple[int, ...], n: int) -> int:
+    """FSDP2 shards dim 0, padded to a multiple of the mesh's shard size."""
+    return math.ceil(shape[0] / n) * n * math.prod(shape[1:])
+
+
+@register
+class ComposedBlockSDP(BlockSDP):
+    """b-sdp with `fsdp=none` (plain, method.py), `holders` or `worker` (this module's docstring)."""
+
+    params = {**BlockSDP.params, "fsdp": _reading, "G": _whole("G", 1, "devices per SDP worker, with fsdp=worker")}
+
+    def __init__(self, cfg) -> None:
+        super().__init__(cfg)
+        self.variant = {"fsdp": "none", **self.variant}
+        self.reading = self.variant["fsdp"]
+        if "G" in self.variant and self.reading != "worker":
+            raise ValueError("G (devices per SDP worker) applies only with --set fsdp=worker")
+        self.G = self.variant.get("G", 1)
+
+    # ---- workers and ranks -------------------------------------------------------------------------
+    def workers(self, world_size: int) -> int:
+        """K: one SDP worker per rank, or per G ranks with fsdp=worker."""
+        if world_size % self.G:
+            raise ValueError(f"fsdp=worker needs a world size that is a multiple of G: {world_size} ranks cannot "
+                             f"form workers of G={self.G}; use --nproc {self.G * max(world_size // self.G, 1)} "
+                             "or a G dividing it")
+        return world_size // self.G
+
+    def check(self, world_size: int) -> None:
+        k = self.workers(world_size)
+        try:
+            super().check(k)
+        except ValueError as err:
+            if self.reading != "worker":
+                raise
+            raise ValueError(f"{err} (fsdp=worker: K = {world_size} ranks / G={self.G} = {k})") from None
+
+    def setup(self, ctx: Context) -> None:
+        self.check(ctx.world_size)
+        self.variant["K"] = self.workers(ctx.world_size)
+
+    def ranks_of(self, workers: tuple[int, ...]) -> list[list[int]]:
+        """The ranks of each of `workers`, one row per worker (G columns)."""
+        return [[w * self.G + s for s in range(self.G)] for w in workers]
+
+    # ---- meshes ------------------------------------------------------------------------------------
+    def _holder_sets(self) -> list[tuple[int, ...]]:
+        everyone = tuple(range(self.mask.workers))
+        return sorted({*self.mask.holders, everyone}, key=lambda s: (len(s), s))
+
+    def _mesh_per_holder_set(self, ctx: Context) -> dict[tuple[int, ...], DeviceMesh]:
+        """reading b: a 1-D mesh of each holder set this rank is in; every rank creates every group."""
+        meshes = {}
+        for ranks in self._holder_sets():
+            everyone = len(ranks) == ctx.world_size
+            group = dist.group.WORLD if everyone else dist.new_group(list(ranks))
+            if ctx.rank in ranks:
+                ctx.label_group(group, "world" if everyone else f"holders{{{','.join(map(str, ranks))}}}")
+                meshes[ranks] = DeviceMesh.from_group(group, ctx.device.type, mesh_dim_names=("holders",))
+        return meshes
+
+    def _mesh_per_holder_workers(self, ctx: Context) -> dict[tuple[int, ...], DeviceMesh]:
+        """reading a: (replicate = holder workers, shard = G) per holder set this rank's worker is in."""
+        me, slot = divmod(ctx.rank, self.G)
+        shard = [dist.new_group(row) for row in self.ranks_of(tuple(range(self.mask.workers)))][me]
+        ctx.label_group(shard, "worker-shard")
+        meshes = {}
+        for workers in self._holder_sets():
+            if len(workers) == 1:
+                if workers == (me,):
+                    meshes[workers] = DeviceMesh.from_group(shard, ctx.device.type, mesh_dim_names=("shard",))
+                continue
+            rows = self.ranks_of(workers)
+            replicate = [dist.new_group([row[s] for row in rows]) for s in range(self.G)][slot]
+            if me in workers:
+                ctx.label_group(replicate, f"holders{{{','.join(map(str, workers))}}}.replicate")
+                meshes[workers] = DeviceMesh.from_group([replicate, shard], ctx.device.type, mesh=rows,
+                                                        mesh_dim_names=("replicate", "shard"))
+        return meshes
+
+    # ---- the model ---------------------------------------------------------------------------------
+    def _mask_model(self, model: nn.Module, ctx: Context) -> nn.Module:
+        """method.py's masking, seen from the SDP worker: worker rank // G of K (the plain rank when G = 1)."""
+        self.shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}  # for the formula: all blocks
+        worker = dataclasses.replace(ctx, rank=ctx.rank // self.G, world_size=self.variant["K"])
+        return super()._mask_model(model, worker)
+
+    def build(self, make_model: Callable[[], nn.Module], ctx: Context) -> nn.Module:
+        if self.reading == "none":
+            return super().build(make_model, ctx)
+        self.make_model, self.ctx = make_model, ctx
+        model = self._mask_model(make_model(), ctx)
+        self.names = list(self.component)
+        if self.cfg.ac:
+            apply_activation_checkpointing(model)
+        meshes = (self._mesh_per_holder_set if self.reading == "holders" else self._mesh_per_holder_workers)(ctx)
+        policy = precision.fsdp_policy(self.cfg.precision)
+        held = list(zip(sorted(self.mine), maskable_blocks(model)))  # after dropping: the held ones, in order
+        for index, block in held:
+            fully_shard(block, mesh=meshes[self.mask.holders[index]], mp_policy=policy)
+        fully_shard(model, mesh=meshes[tuple(range(self.mask.workers))], mp_policy=policy)
+        for module in (*(block for _, block in held), model):
+            # FSDP2 by default all-gathers this rank's next block before reduce-scattering the current one;
+            # ranks with different next blocks would then order two ops on a shared group differently and
+            # deadlock. Naming itself as the only module to prefetch (already unsharded: a no-op) turns it off.
+            module.set_modules_to_backward_prefetch([module])
+        model = model.to(ctx.device)
+        self.local = dict(model.named_parameters())
+        self.trained = list(self.local)
+        self.partial = True  # eval_model always assembles: no rank holds whole tensors
+        self.norm_group = dist.new_group() if self.cfg.grad_clip > 0 and ctx.world_size > 1 else None
+        if self.norm_group is not None:
+            ctx.label_group(self.norm_group, "grad-norm")
+        self.refresh_group = None  # forward masking: nothing to refresh
+        self.check_group = dist.new_group(backend="gloo")
+        self.info = self._describe_composition()
+        return model
+
+    # ---- the loop's hooks --------------------------------------------------------------------------
+    def autocast(self, ctx: Context) -> AbstractContextManager:
+        # sharded readings use FSDP2's mixed-precision policy instead (as the fsdp baseline does)
+        return super().autocast(ctx) if self.reading == "none" else nullcontext()
+
+    def micro_step(self, model: nn.Module, last: bool) -> AbstractContextManager:
+        return nullcontext() if self.reading == "none" else _gradient_sync(model, last)
+
+    def after_backward(self, model: nn.Module, ctx: Context) -> None:
+        if self.reading == "none":
+            super().after_backward(model, ctx)
+        # else: FSDP2's reduce-scatter (and HSDP all-reduce) over each holder mesh already averaged
+
+    def copies(self, name: str) -> int:
+        """Full copies of a parameter across ranks: its holder workers under fsdp=worker, else one."""
+        return len(self.holders(self.component[name])) if self.reading == "worker" else 1
+
+    @torch.no_grad()
+    def clip_grad_norm(self, model: nn.Module, max_norm: float, ctx: Context) -> None:
+        """Norm of the whole aggregated gradient from one all-reduce (sum) of per-tensor squared shard norms.
+
+        Every copy's shards partition its tensor, so the sum over ranks is copies x the squared norm.
+        """
+        if self.reading == "none":
+            return super().clip_grad_norm(model, max_norm, ctx)
+        squares = torch.zeros(len(self.names), dtype=torch.float32, device=ctx.device)
+        for i, n in enumerate(self.names):
+            if n in self.local and self.local[n].grad is not None:
+                squares[i] = torch.linalg.vector_norm(_local(self.local[n].grad), dtype=torch.float32) ** 2
+        if self.norm_group is not None:
+            dist.all_reduce(squares, group=self.norm_group)
+        copies = torch.tensor([self.copies(n) for n in self.names], dtype=torch.float32, device=ctx.device)
+        coef = (max_norm / ((squares / copies).sum().sqrt() + 1e-6)).clamp(max=1.0)
+        for p in self.local.values():
+            if p.grad is not None:
+                _local(p.grad).mul_(coef)  # the local shard: what the optimizer steps on
+
+    def _check_holders(self, step: int, ctx: Context) -> None:
+        """Copies of a shard (same component, same shard index) must be bit-identical; under fsdp=holders
+        every shard has one copy, so only fsdp=worker compares anything."""
+        if self.reading == "none":
+            return super()._check_holders(step, ctx)
+        slot = ctx.rank % self.G if self.reading == "worker" else ctx.rank
+        digests = {}
+        for c in sorted(set(self.component.values())):
+            names = [n for n in self.names if self.component[n] == c and n in self.local]
+            if names:
+                h = hashlib.sha256()
+                for n in names:
+                    h.update(_local(self.local[n]).detach().cpu().numpy().tobytes())
+                digests[(c, slot)] = h.hexdigest()
+        was, ctx.ledger.enabled = ctx.ledger.enabled, False
+        gathered = [None] * ctx.world_size
+        dist.all_gather_object(gathered, digests, group=self.check_group)
+        ctx.ledger.enabled = was
+        for key in digests:
+            copies = {r: d[key] for r, d in enumerate(gathered) if key in d}
+            if len(set(copies.values())) > 1:
+                name = "shared parts" if key[0] == SHARED else f"block {key[0]}"
+                raise RuntimeError(f"SDP holders diverged after step {step}: shard {key[1]} of {name} differs "
+                                   f"across ranks {sorted(copies)}")
+        self.info["holder_checks"] = self.info.get("holder_checks", 0) + 1
+
+    @torch.no_grad()
+    def eval_model(self, model: nn.Module) -> nn.Module:
+        """Plain (unsharded) models: the full one on rank 0, each other rank its own subnetwork.
+
+        Every rank gathers the full tensors of what it holds (full_tensor(): collectives on each holder
+        mesh, in parameter order, so in block order on every rank); the first rank of a block's first
+        holder sends it to rank 0 when rank 0 lacks it (point-to-point, off the ledger like all of eval).
+        """
+        if self.reading == "none":
+            return super().eval_model(model)
+        ctx = self.ctx
+        full = {n: _local(p.full_tensor() if isinstance(p, DTensor) else p) for n, p in model.named_parameters()}
+        full.update(dict(model.named_buffers()))
+        with torch.device("meta"):
+            plain = self.make_model()
+        if ctx.rank != 0:
+            drop_blocks(plain, self.mine)
+        plain = plain.to_empty(device=ctx.device)
+        theirs = {**dict(plain.named_parameters()), **dict(plain.named_buffers())}
+        for n, t in full.items():
+            theirs[n].copy_(t)
+        for index in range(self.mask.components):
+            holders = self.mask.holders[index]
+            if 0 in holders:
+                continue
+            src = holders[0] * self.G
+            names = [n for n in self.names if self.component[n] == index]
+            for n in names:
+                if ctx.rank == 0:
+                    dist.recv(theirs[n], src=src)
+                elif ctx.rank == src:
+                    dist.send(full[n].contiguous(), dst=0)
+        return plain
+
+    # ---- the record --------------------------------------------------------------------------------
+    def _describe_composition(self) -> dict:
+        info = self._describe_mask()
+        info["fsdp"] = {
+            "reading": self.reading,
+            "G": self.G,
+            "mesh": ("each block: 1-D over its holder ranks; shared parts: 1-D over all ranks"
+                     if self.reading == "holders" else
+                     f"each block: (replicate = its holder workers, shard = G = {self.G}) HSDP, a 1-D shard mesh "
+                     "when one worker holds it; shared parts: (replicate = all K workers, shard = G)"),
+            "holder_meshes": [self.ranks_of(h) for h in self._holder_sets()],
+        }
+        info["aggregation"] = ("FSDP2 reduce-scatter over each holder mesh (mean over holders)"
+                               if self.reading == "holders" else
+                               "FSDP2 reduce-scatter inside each worker, all-reduce across holder workers (HSDP)")
+        info["grad_clip"] = ("norm of the whole aggregated gradient: all-reduce (sum) of per-tensor squared shard "
+                             "norms over group grad-norm, divided by each tensor's number of copies")
+        info["evaluation"] = ("full model gathered on rank 0 (full_tensor() on each holder mesh, then point-to-point "
+                              "from the first holder), off the ledger; other ranks evaluate their own subnetwork")
+        info["formula"] = fsdp_formula_bytes(self.mask, self._component_shapes(), self.reading, self.G,
+                                             self._gather_itemsize())
+        return info
+
+    def _component_shapes(self) -> dict[int, list[tuple[int, ...]]]:
+        out: dict[int, list[tuple[int, ...]]] = {}
+        for n in self.names:
+            out.setdefault(self.component[n], []).append(self.shapes[n])
+        return out
+
+    def _gather_itemsize(self) -> int:
+        dtype = precision.fsdp_policy(self.cfg.precision).param_dtype
+        return (dtype or torch.float32).itemsize
+
+    def describe(self, ctx: Context) -> dict:
+        if self.reading == "none":
+            return super().describe(ctx)
+        mesh = {"sdp_workers": self.mask.workers, "fsdp": self.reading}
+        if self.reading == "worker":
+            mesh["shard"] = self.G
+        return {"strategy": self.name, "mesh": mesh, "sdp": self.info}
+
+
+def fsdp_formula_bytes(mask: Mask, shapes: dict[int, list[tuple[int, ...]]], reading: str, g: int,
+                       gather_itemsize: int, reduce_itemsize: int = 4) -> dict:
+    """Per-rank payload bytes of one step, by op, as the ledger counts them (FSDP2, reshard after forward).
+
+    Each held block: all-gather forward and backward of its padded tensors, one reduce-scatter; the root
+    (shared parts): one all-gather (the root stays unsharded between forward and backward), one
+    reduce-scatter. Shard size: the holder count under fsdp=holders, G under fsdp=worker, where a
+    component with |H| > 1 holder workers adds an all-reduce of the reduced shard (padded / G).
+    """
+    everyone = tuple(range(mask.workers))
+    per_rank = []
+    for worker in range(mask.workers):
+        ops = {"all_gather": 0, "reduce_scatter": 0, "all_reduce": 0}
+        for component, gathers in ((SHARED, 1), *((j, 2) for j in mask.held[worker])):
+            holders = everyone if component == SHARED else mask.holders[component]
+            n = len(holders) if reading == "holders" else g
+            padded = sum(padded_numel(s, n) for s in shapes[component])
+            if n > 1:  # FSDP2 skips both on a 1-rank mesh
+                ops["all_gather"] += gathers * padded * gather_itemsize
+                ops["reduce_scatter"] += padded * reduce_itemsize
+            if reading == "worker" and len(holders) > 1:
+                ops["all_reduce"] += padded // n * reduce_itemsize
+        per_rank += [ops] * (g if reading == "worker" else 1)
+    return {"payload_bytes_per_rank": per_rank,
+            "note": "per step, by op; the grad-norm all-reduce is recorded separately"}
+
