@@ -6,35 +6,51 @@ both numbers come from the same loop and meters. FLOPs, bytes and call counts mu
 parameters, gradients and optimizer state too; activations within 5%. The peak and `other` are shown
 but not judged: on CUDA the allocator's peak includes what no tensor tracker sees (CUDA kernels also
 save slightly different attention activations than the CPU kernels the estimate runs).
+
+The report shows each estimate beside the measured runs of its configuration (`config_key`) with the
+same tolerances, per step (`compare_per_step`), so measured runs of any length compare.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from suite.config import RunConfig
+from suite.records import summary_row
 
 EXACT = 0.0
 ACTIVATIONS = 0.05
 JUDGED_MEMORY = {"params": EXACT, "grads": EXACT, "optimizer": EXACT, "activations": ACTIVATIONS,
                  "peak_bytes": None, "other": None}
+MEMORY_PER_STEP = ("peak_bytes", "params", "grads", "optimizer", "activations")
+PER_STEP = {**{q: JUDGED_MEMORY[q] for q in MEMORY_PER_STEP},
+            "comm_bytes_per_rank_step": EXACT, "flops_per_step": EXACT}
+# settings that change memory, bytes or FLOPs besides the variant (method parameters, ac, precision)
+CONFIG_SETTINGS = ("seq_len", "optimizer")
 
 
 @dataclass
 class Row:
     quantity: str
     rank: int | None
-    estimated: float
-    measured: float
+    estimated: float | None  # None: the record has no such number (no memory meter, no ledger)
+    measured: float | None
     tolerance: float | None  # None: shown, not judged
 
     @property
     def ok(self) -> bool | None:
-        if self.tolerance is None:
+        if self.tolerance is None or self.estimated is None or self.measured is None:
             return None
         return abs(self.estimated - self.measured) <= self.tolerance * max(abs(self.measured), 1.0)
+
+    @property
+    def ratio(self) -> float | None:
+        if self.estimated is None or not self.measured:
+            return None
+        return self.estimated / self.measured
 
 
 def measured_config(estimated: dict, cfg: RunConfig, device: str, results: str | Path) -> RunConfig:
@@ -83,11 +99,38 @@ def compare(estimated: dict, measured: dict) -> list[Row]:
     return rows
 
 
+def config_key(record: dict) -> str:
+    """What two records must share to be the same configuration; seed, device, steps and reproduction
+    may differ (an estimate's numbers do not depend on them)."""
+    parallel, settings = record["parallel"], record.get("settings", {})
+    return json.dumps({
+        "method": record["method"], "model": record["model"]["name"], "params": record["model"]["params"],
+        "variant": record["variant"], "world_size": parallel["world_size"], "micro_batch": parallel["micro_batch"],
+        "grad_accum": parallel["grad_accum"], "global_batch_tokens": parallel["global_batch_tokens"],
+        **{k: settings.get(k) for k in CONFIG_SETTINGS}}, sort_keys=True)
+
+
+def per_step(record: dict) -> dict[str, float | None]:
+    """PER_STEP's quantities of one record: memory of its largest rank, payload per rank and model FLOPs per step."""
+    mem = record["memory"]["per_rank"]
+    values = {q: max((m[q] for m in mem), default=None) for q in MEMORY_PER_STEP}
+    steps = record["totals"]["steps"]
+    values["comm_bytes_per_rank_step"] = summary_row(record)["comm_bytes_per_rank_step"]
+    values["flops_per_step"] = record["totals"]["flops"] / steps if steps else None
+    return values
+
+
+def compare_per_step(estimated: dict, measured: dict) -> list[Row]:
+    """PER_STEP's quantities side by side, judged with the tolerances `compare` uses."""
+    ours, theirs = per_step(estimated), per_step(measured)
+    return [Row(q, None, ours[q], theirs[q], tol) for q, tol in PER_STEP.items()]
+
+
 def format_comparison(rows: list[Row]) -> str:
     verdict = {True: "ok", False: "DIFFERS", None: "shown"}
     lines = [f"{'quantity':<34}{'rank':>5}{'estimated':>20}{'measured':>20}{'ratio':>9}  verdict"]
     for r in rows:
-        ratio = f"{r.estimated / r.measured:.4f}" if r.measured else "-"
+        ratio = "-" if r.ratio is None else f"{r.ratio:.4f}"
         rank = "all" if r.rank is None else str(r.rank)
         lines.append(f"{r.quantity[:33]:<34}{rank:>5}{r.estimated:>20,.0f}{r.measured:>20,.0f}{ratio:>9}  "
                      f"{verdict[r.ok]}")

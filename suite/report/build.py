@@ -95,12 +95,9 @@ def build_report_for(
         written.append(path)
 
     write("index.html", "index.html.j2", index_context(repros, skipped, len(records)))
+    run_hrefs = {key: f"../{path}" for key, path in run_files.items()}
     for repro in repros:
-        write(
-            repro.href,
-            "reproduction.html.j2",
-            reproduction_context(repro, {id(r): f"../{run_files[id(r)]}" for r in repro.records}),
-        )
+        write(repro.href, "reproduction.html.j2", reproduction_context(repro, run_hrefs, records))
         for record in repro.records:
             write(run_files[id(record)], "run.html.j2", run_context(record, f"../{repro.href}"))
     _remove_stale(out, written)

@@ -156,6 +156,8 @@ def throughput_ratios(records: list[dict]) -> tuple[pd.DataFrame, str | None]:
         .reset_index()
     )
     medians = medians[medians["config"].isin(base.index)]
+    if medians.empty:  # only the reference ran: dividing the empty frame would fail on its column types
+        return pd.DataFrame(columns=columns), reference
     medians["ratio"] = medians["tokens_per_s"] / medians["config"].map(base)
     return medians[columns].reset_index(drop=True), reference
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from suite.claims import EVIDENCE, Claim, Verdict, evidence_label
 from suite.records import to_dataframe
 from suite.report import figures, frames, tables
+from suite.report.estimates import estimates_beside
 from suite.report.tables import Cell, Table, fmt_bytes, fmt_number
 
 
@@ -67,8 +68,10 @@ def index_context(repros: list[Reproduction], skipped: list[tuple[str, str]], n_
     }
 
 
-def reproduction_context(repro: Reproduction, run_hrefs: dict[int, str]) -> dict:
-    """Claim cards, then one section per kind of evidence (runs table and figures), then environments."""
+def reproduction_context(repro: Reproduction, run_hrefs: dict[int, str], records: list[dict]) -> dict:
+    """Claim cards, then one section per kind of evidence (runs table and figures), the estimates beside
+    measurements, then environments. `records` are all the site's runs (an estimate's measurement may
+    belong to another reproduction); `run_hrefs` link each of them."""
     by_id = {rec["run_id"]: run_hrefs[id(rec)] for rec in repro.records}
     sections = []
     for label in EVIDENCE:
@@ -83,6 +86,7 @@ def reproduction_context(repro: Reproduction, run_hrefs: dict[int, str]) -> dict
         "claims": claim_rows(repro, ""),
         "cards": [_card(c, v, by_id) for c, v in repro.verdicts],
         "sections": sections,
+        "estimates": estimates_beside(repro.records, records, run_hrefs),
         "environment": tables.env_table(repro.records),
     }
 
