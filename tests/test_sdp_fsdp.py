@@ -1,0 +1,120 @@
+"""B-SDP composed with FSDP2 (reproductions/sdp/compose.py): both readings against plain b-sdp and fsdp,
+bytes by the formula, one-line errors, and the estimate beside a measured run.
+
+The multi-process tests launch real gloo runs (marked slow); llama-tiny, micro_batch 4, two steps.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from suite.config import RunConfig
+from suite.estimate import estimate
+from suite.estimate.compare import compare, format_comparison, measure_beside
+from suite.strategy import get_strategy
+
+TWO_STEPS = ["--tokens", "2048"]  # 1,024 tokens per step: 8 sequences of 128
+
+
+def run(runs, method: str, nproc: int, micro_batch: int, *sets: str, ac: bool = False) -> dict:
+    args = [method, "--nproc", str(nproc), *TWO_STEPS, "--set", f"micro_batch={micro_batch}"]
+    for s in sets:
+        args += ["--set", s]
+    record = runs(*args, *(["--ac"] if ac else []))
+    assert record["status"] == "complete", record.get("error")
+    return record
+
+
+def losses(record: dict) -> list[tuple]:
+    return [(p["step"], p["train_loss"], p["val_loss"]) for p in record["curve"]]
+
+
+def assert_same_losses(a: dict, b: dict) -> None:
+    assert len(losses(a)) >= 2
+    for (step_a, *la), (step_b, *lb) in zip(losses(a), losses(b), strict=True):
+        assert step_a == step_b
+        assert la == pytest.approx(lb, rel=1e-5)
+
+
+def bytes_by_op(record: dict) -> list[dict[str, float]]:
+    """Per rank and step: payload bytes of each op, without the clipping norm's all-reduce."""
+    steps = record["comm"]["steps"]
+    out = []
+    for rank in record["comm"]["per_rank"]:
+        ops = {"all_gather": 0.0, "reduce_scatter": 0.0, "all_reduce": 0.0}
+        for o in rank["ops"]:
+            if o["group"] != "grad-norm":
+                ops[o["op"]] += o["bytes"] / steps
+        out.append(ops)
+    return out
+
+
+def state(record: dict) -> list[int]:
+    return [m["params"] + m["optimizer"] for m in record["memory"]["per_rank"]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc,coverage,ac", [
+    (2, 0.75, False),
+    (3, 0.5, True),  # 4 blocks over 3 ranks: holder counts 2, 1, 1, 2 (1-rank meshes); with checkpointing
+])
+def test_holders_reading_equals_plain_b_sdp_with_fsdp_state(runs, nproc, coverage, ac):
+    sets = (f"C={coverage}", "check_every=1")
+    plain = run(runs, "b-sdp", nproc, 4, *sets, ac=ac)
+    sharded = run(runs, "b-sdp", nproc, 4, *sets, "fsdp=holders", ac=ac)
+    assert_same_losses(sharded, plain)
+    info = sharded["parallel"]["sdp"]
+    assert info["fsdp"]["reading"] == "holders" and sharded["parallel"]["mesh"]["fsdp"] == "holders"
+    assert bytes_by_op(sharded) == info["formula"]["payload_bytes_per_rank"]
+    # model state per rank: FSDP's over all ranks, redistributed by the mask (equal in total)
+    fsdp = run(runs, "fsdp", nproc, 4, ac=ac)
+    assert sum(state(sharded)) == pytest.approx(sum(state(fsdp)), rel=0.02)
+    assert max(state(sharded)) < 1.3 * max(state(fsdp))
+    assert max(state(sharded)) < 0.8 * min(state(plain))
+
+
+@pytest.mark.slow
+def test_worker_reading_equals_b_sdp_at_k_workers(runs):
+    """K = 2 workers of G = 2 ranks, each rank half a worker's micro-batch: the same rows, the same means."""
+    plain = run(runs, "b-sdp", 2, 4, "C=0.75")
+    sharded = run(runs, "b-sdp", 4, 2, "C=0.75", "fsdp=worker", "G=2", "check_every=1")
+    assert_same_losses(sharded, plain)
+    info = sharded["parallel"]["sdp"]
+    assert sharded["parallel"]["mesh"] == {"sdp_workers": 2, "fsdp": "worker", "shard": 2}
+    assert info["K"] == 2 and info["holder_checks"] == sharded["totals"]["steps"]
+    assert bytes_by_op(sharded) == info["formula"]["payload_bytes_per_rank"]
+
+
+@pytest.mark.parametrize("world,sets", [(4, {"C": 0.5, "fsdp": "holders"}),
+                                        (4, {"C": 0.75, "fsdp": "worker", "G": 2})])
+def test_estimated_bytes_equal_the_formula(world, sets):
+    rec = estimate(RunConfig(method="b-sdp", model="llama-tiny", nproc=world, micro_batch=2, seq_len=64,
+                             variant=dict(sets)))
+    formula = rec["parallel"]["sdp"]["formula"]["payload_bytes_per_rank"]
+    measured = bytes_by_op(rec)
+    ranks = [r["rank"] for r in rec["comm"]["per_rank"]]
+    assert measured == [formula[r] for r in ranks]
+
+
+@pytest.mark.parametrize("variant,world,fix", [
+    ({"fsdp": "worker", "G": 2}, 3, "multiple of G"),
+    ({"fsdp": "worker", "G": 4, "C": 0.5}, 4, r"K = 4 ranks / G=4 = 1"),
+    ({"fsdp": "holders", "G": 2}, 2, "only with --set fsdp=worker"),
+    ({"fsdp": "rows"}, 2, "fsdp=holders"),
+    ({"fsdp": "worker", "G": 0}, 2, "devices per SDP worker"),
+])
+def test_bad_composition_is_one_line(variant, world, fix):
+    with pytest.raises(ValueError, match=fix) as err:
+        get_strategy(RunConfig(method="b-sdp", variant=dict(variant))).check(world)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.slow
+def test_estimate_equals_the_measured_run(tmp_path):
+    cfg = RunConfig(method="b-sdp", model="llama-tiny", nproc=2, micro_batch=1, seq_len=64, ac=True,
+                    variant={"C": 0.75, "fsdp": "holders"})
+    estimated = estimate(cfg)
+    measured = measure_beside(estimated, cfg, "cpu", tmp_path)
+    rows = compare(estimated, measured)
+    assert [r for r in rows if r.ok is False] == [], format_comparison(rows)
+    assert {r.rank for r in rows if r.quantity == "params"} == {0, 1}
