@@ -21,6 +21,8 @@ SubnetworkDP's, run over neuron groups instead of blocks.
 - Evaluation assembles the full model on rank 0: each group of each cut tensor from the group's first
   holder (point-to-point), the rest from rank 0's own copy. BatchNorm running statistics are buffers,
   never averaged (as in b-sdp and this suite's DDP): each group's come from its first holder.
+Holders stay identical because AdamW is element-wise; a matrix optimizer (Muon, Dion) would see a
+different sliced matrix on each holder of a group and must not be combined with n-sdp as it stands.
 """
 
 from __future__ import annotations
