@@ -31,9 +31,9 @@ def losses(record: dict) -> list[tuple]:
 
 def assert_same_losses(a: dict, b: dict) -> None:
     assert len(losses(a)) >= 2
-    for (step_a, *la), (step_b, *lb) in zip(losses(a), losses(b), strict=True):
-        assert step_a == step_b
-        assert la == pytest.approx(lb, rel=1e-5)
+    for (step_a, train_a, val_a), (step_b, train_b, val_b) in zip(losses(a), losses(b), strict=True):
+        assert step_a == step_b and train_a == pytest.approx(train_b, rel=1e-5)
+        assert (val_a is None and val_b is None) or val_a == pytest.approx(val_b, rel=1e-5)
 
 
 def bytes_by_op(record: dict) -> list[dict[str, float]]:
