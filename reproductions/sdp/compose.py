@@ -158,7 +158,8 @@ class ComposedBlockSDP(BlockSDP):
         held = list(zip(sorted(self.mine), maskable_blocks(model)))  # after dropping: the held ones, in order
         for index, block in held:
             fully_shard(block, mesh=meshes[self.mask.holders[index]], mp_policy=policy)
-        fully_shard(model, mesh=meshes[tuple(range(self.mask.workers))], mp_policy=policy)
+        # resharded after forward like the blocks, as the fsdp baseline does: the comparison is like for like
+        fully_shard(model, mesh=meshes[tuple(range(self.mask.workers))], mp_policy=policy, reshard_after_forward=True)
         for module in (*(block for _, block in held), model):
             # FSDP2 by default all-gathers this rank's next block before reduce-scattering the current one;
             # ranks with different next blocks would then order two ops on a shared group differently and
@@ -319,21 +320,21 @@ def fsdp_formula_bytes(mask: Mask, shapes: dict[int, list[tuple[int, ...]]], rea
                        gather_itemsize: int, reduce_itemsize: int = 4) -> dict:
     """Per-rank payload bytes of one step, by op, as the ledger counts them (FSDP2, reshard after forward).
 
-    Each held block: all-gather forward and backward of its padded tensors, one reduce-scatter; the root
-    (shared parts): one all-gather (the root stays unsharded between forward and backward), one
-    reduce-scatter. Shard size: the holder count under fsdp=holders, G under fsdp=worker, where a
-    component with |H| > 1 holder workers adds an all-reduce of the reduced shard (padded / G).
+    Each held block and the root (shared parts): all-gather forward and backward of its padded tensors
+    (everything is resharded after forward, as in the fsdp baseline), one reduce-scatter; none of them on
+    a 1-rank mesh. Shard size: the holder count under fsdp=holders, G under fsdp=worker, where a component
+    with |H| > 1 holder workers adds an all-reduce of the reduced shard (padded / G).
     """
     everyone = tuple(range(mask.workers))
     per_rank = []
     for worker in range(mask.workers):
         ops = {"all_gather": 0, "reduce_scatter": 0, "all_reduce": 0}
-        for component, gathers in ((SHARED, 1), *((j, 2) for j in mask.held[worker])):
+        for component in (SHARED, *mask.held[worker]):
             holders = everyone if component == SHARED else mask.holders[component]
             n = len(holders) if reading == "holders" else g
             padded = sum(padded_numel(s, n) for s in shapes[component])
-            if n > 1:  # FSDP2 skips both on a 1-rank mesh
-                ops["all_gather"] += gathers * padded * gather_itemsize
+            if n > 1:
+                ops["all_gather"] += 2 * padded * gather_itemsize
                 ops["reduce_scatter"] += padded * reduce_itemsize
             if reading == "worker" and len(holders) > 1:
                 ops["all_reduce"] += padded // n * reduce_itemsize
