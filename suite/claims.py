@@ -20,6 +20,7 @@ claims.yaml is a list of claims (or a mapping with a `claims:` list), each a map
     source_status: unverified
     metric: {name: ratio, field: peak_bytes_max, method: b-sdp, baseline: ddp, variant: {C: 0.69}}
     protocol: flops              # tokens | flops | time | target, or omitted for any
+    baseline_protocol: tokens    # the baseline's runs under another protocol, where they are the same runs
     kind: ratio                  # ratio | quality | mechanism
     tolerance: 0.05              # ratio/mechanism: absolute band around paper_value; quality: margin
     seeds_needed: 1
@@ -91,6 +92,8 @@ class Claim:
     requires: tuple[str, ...]
     what_would_test: str
     command: str
+    # e.g. DDP's equal-steps runs spend exactly the FLOP budget they define: one set of runs serves both
+    baseline_protocol: str | None = None
 
     @property
     def paper_range(self) -> tuple[float, float] | None:
@@ -346,7 +349,11 @@ def _samples(claim: Claim, df: pd.DataFrame) -> tuple[Samples | None, str | None
         return None, None
     rows = df[df["status"] == "complete"]
     if claim.protocol:
-        rows = rows[rows["protocol"] == claim.protocol]
+        wanted = rows["protocol"] == claim.protocol
+        if claim.baseline_protocol:
+            base = rows["method"] == claim.metric.get("baseline")
+            wanted = (wanted & ~base) | (base & (rows["protocol"] == claim.baseline_protocol))
+        rows = rows[wanted]
     for requirement in claim.requires:
         rows = rows[_requirement_mask(requirement, rows)]
     args = {k: v for k, v in claim.metric.items() if k != "name"}
@@ -474,6 +481,7 @@ def _claim(entry: Any, where: str) -> Claim:
         "source_status",
         "metric",
         "protocol",
+        "baseline_protocol",
         "kind",
         "tolerance",
         "seeds_needed",
@@ -487,8 +495,12 @@ def _claim(entry: Any, where: str) -> Claim:
     if kind not in KINDS:
         raise ClaimsError(f"{where}.kind: {kind!r} is not one of {KINDS}")
     protocol = need("protocol", str, None)
-    if protocol is not None and protocol not in PROTOCOLS:
-        raise ClaimsError(f"{where}.protocol: {protocol!r} is not one of {PROTOCOLS}")
+    baseline_protocol = need("baseline_protocol", str, None)
+    for key, value in (("protocol", protocol), ("baseline_protocol", baseline_protocol)):
+        if value is not None and value not in PROTOCOLS:
+            raise ClaimsError(f"{where}.{key}: {value!r} is not one of {PROTOCOLS}")
+    if baseline_protocol and not (protocol and entry.get("metric", {}).get("baseline")):
+        raise ClaimsError(f"{where}.baseline_protocol: needs a protocol and a metric with a baseline")
     requires = tuple(need("requires", list, []))
     if bad := [r for r in requires if not isinstance(r, str) or not _REQUIREMENT.match(r)]:
         raise ClaimsError(f"{where}.requires: {bad[0]!r} is not cuda, network or world_size>=N")
@@ -520,6 +532,7 @@ def _claim(entry: Any, where: str) -> Claim:
         requires=requires,
         what_would_test=what_would_test,
         command=need("command", str),
+        baseline_protocol=baseline_protocol,
     )
 
 

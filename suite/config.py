@@ -47,6 +47,7 @@ class RunConfig:
     eval_batches: int = 4
     eval_batch: int = 8
     evals: str = ""  # comma-separated lm-eval tasks run on the final model (rank 0); image runs add top1
+    eval_limit: int | None = None  # at most this many documents per lm-eval task (None: all)
     checkpoint: str | None = None  # where to save the final full model (for `python -m suite evaluate`)
     # metering, all off the clock: FLOPs on step flop_step, memory on step mem_step, communication on the
     # steps from comm_step through one period of the method's pattern (Strategy.comm_period)

@@ -249,7 +249,8 @@ class Worker:
             return
         plain = plain_model(cfg.model, config, state, self.device)
         if names:
-            self.record["evals"].update(run_evals(plain, names, self.device, seed=cfg.seed))
+            limit = None if cfg.eval_limit is None else int(cfg.eval_limit)
+            self.record["evals"].update(run_evals(plain, names, self.device, limit=limit, seed=cfg.seed))
         if image:
             self.record["evals"]["top1"] = image_accuracy(plain, self.data, self.device)
 

@@ -306,6 +306,16 @@ def test_protocol_status_and_variant_select_the_runs():
     assert evaluate(c, df[df["method"] == "ddp"]).verdict == "inconclusive"
 
 
+def test_baseline_protocol_takes_the_baselines_runs_of_another_protocol():
+    match = {"protocol": "flops", "variant": json.dumps({"C": 0.5})}
+    df = frame(rows("b-sdp", [60.0], **match), rows("ddp", [100.0], protocol="tokens"),
+               rows("ddp", [50.0], protocol="time"))
+    assert evaluate(claim(), df).verdict == "inconclusive"  # no DDP run under the FLOP budget
+    assert evaluate(claim(baseline_protocol="tokens"), df).measured == pytest.approx(0.6)
+    with pytest.raises(ValueError, match="baseline_protocol: needs a protocol"):
+        claim(baseline_protocol="tokens", protocol=None)
+
+
 def test_unknown_metric_field_is_a_clear_error():
     c = claim(metric={"name": "ratio", "field": "peak_memory", "method": "m", "baseline": "ddp"})
     with pytest.raises(ValueError, match="metric field 'peak_memory' is not a summary field"):
