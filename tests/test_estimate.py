@@ -8,6 +8,7 @@ import pytest
 import torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
+import suite.estimate
 from suite import models
 from suite.cli import main
 from suite.config import RunConfig
@@ -104,6 +105,16 @@ def test_ranks_holding_different_blocks_are_each_estimated(estimates):
     assert all(m["params"] < full for m in rec["memory"]["per_rank"])
     flops = rec["estimate"]["flops_per_rank_step"]
     assert rec["totals"]["flops"] == rec["totals"]["steps"] * (flops["0"] + flops["1"])
+
+
+@pytest.mark.slow
+def test_ranks_stepped_in_parallel_processes_give_the_sequential_numbers(estimates, monkeypatch):
+    parallel = estimates("b-sdp", 3, variant={"C": 0.5})
+    monkeypatch.setattr(suite.estimate.os, "cpu_count", lambda: 1)
+    sequential = estimate(RunConfig(method="b-sdp", model="llama-tiny", nproc=3, variant={"C": 0.5}, **SMALL))
+    assert parallel["estimate"]["estimated_ranks"] == [0, 1, 2]
+    for key in ("memory", "comm", "totals"):
+        assert parallel[key] == sequential[key]
 
 
 def test_bad_input_is_one_line(tmp_path, capsys):

@@ -1,12 +1,20 @@
-"""SDP's plan: DDP against B-SDP at C = 0.5 and 0.75, equal steps and FLOP-matched, plus the dense
-aggregation and backward masking for the byte, time and memory comparison.
+"""SDP's plan: DDP against B-SDP and N-SDP, equal steps and FLOP-matched, on LLaMA and ResNet-18; the
+dense aggregation, backward masking and the two SDP+FSDP readings; paper-scale estimates and projections.
 
 Equal steps: every arm gets the same tokens (same global batch, same number of steps). FLOP-matched:
-every arm gets the FLOPs DDP spends in those steps, so a B-SDP arm, which computes only its blocks,
+every arm gets the FLOPs DDP spends in those steps, so an SDP arm, which computes only what it holds,
 trains about 1/C longer. The FLOP budget is measured here (FlopMeter on one DDP step of the model), not
-typed in. Smoke: llama-tiny (4 blocks) on the embedded text, K = 4 gloo workers, one seed (its quality
-cards are inconclusive by design; `SDP_SEEDS=3` runs three). GPU: llama-134m on every visible GPU (at
-least 2), three seeds. Paper: the paper's LLaMA runs on FineWeb with 8 workers, to run where they fit.
+typed in; DDP's equal-steps runs thus spend it exactly and serve as the FLOP-matched baseline too
+(claims.yaml: baseline_protocol).
+
+Smoke (this machine, K = 4 gloo workers): llama-tiny (4 blocks) on the embedded text; the quality arms
+(DDP, B-SDP C=0.5 FLOP-matched, C=0.75 equal steps) with SDP_SEEDS seeds (default 3), scored also on the
+local lm-eval task heldout_next (EVAL_LIMIT documents); the memory and byte arms with one seed;
+ResNet-18 on the embedded digits with 2 workers (DDP, B-SDP, N-SDP). Paper-scale
+memory and bytes come from `estimate` (fake tensors; llama-1b and llama-500m on 8 ranks), and the
+inter-node wall-clock from projecting those ledgers onto 2 nodes of 4 A100s (suite/sim): both labelled,
+never mixed with measurements. GPU: llama-134m on every visible GPU (at least 2), three seeds. Paper:
+the paper's LLaMA runs on FineWeb with 8 workers, to run where they fit.
 """
 
 from __future__ import annotations
@@ -19,16 +27,34 @@ import torch
 from suite.config import RunConfig, command_line
 from suite.meters.flops import FlopMeter
 from suite.models import build_model
-from suite.plans import Plan
+from suite.plans import Estimate, Plan
 
 SMOKE = dict(model="llama-tiny", device="cpu", seq_len=128, micro_batch=4, eval_every=10, eval_batches=4,
              log_every=10)
 SMOKE_STEPS, SMOKE_WORKERS = 20, 4
+EVALS = dict(evals="heldout_next", eval_limit=300)  # 1,296 documents take 100 s per run here; 300 about 25
+# ResNet-18 has 5 blocks that keep their input's shape (the maskable ones): C=0.6 holds 3 of them. It trains
+# at about 15 images/s on this machine, so its arms are short: memory and bytes, not accuracy.
+VISION = dict(model="resnet18", device="cpu", micro_batch=8, eval_every=100, log_every=5, lr=1e-3)
+VISION_STEPS, VISION_WORKERS = 15, 2
+VISION_ARMS = (("ddp", {}), ("b-sdp", {"C": 0.6}), ("n-sdp", {"C": 0.5}))
 GPU = dict(model="llama-134m", device="cuda", seq_len=1024, micro_batch=8, eval_every=50, lr=1e-3)
 GPU_STEPS = 200
 PAPER = dict(device="cuda", seq_len=1024, micro_batch=8, eval_every=500, lr=1e-3, data="fineweb")
 PAPER_RUNS = (("llama-500m", 0.5, 20_000), ("llama-1b", 0.69, 20_000))
 PAPER_WORKERS = 8
+# Paper scale, estimated: the paper's batch and precision are not known; these are stated in every record.
+ESTIMATE = dict(device="cpu", seq_len=1024, micro_batch=8, precision="bf16", nproc=PAPER_WORKERS)
+ESTIMATE_TOPOLOGY, ESTIMATE_GPUS_PER_NODE = "4xA100-nvlink-4x200gbIB", 4
+ESTIMATES = (  # (model, method, variant, ac, projected onto the topology)
+    ("llama-1b", "ddp", {}, False, True),
+    ("llama-1b", "fsdp", {}, True, False),
+    ("llama-1b", "b-sdp", {"C": 0.69}, False, False),
+    ("llama-1b", "b-sdp", {"C": 0.69, "fsdp": "holders"}, True, True),
+    ("llama-1b", "b-sdp", {"C": 0.69, "fsdp": "worker", "G": 2}, True, True),
+    ("llama-500m", "ddp", {}, False, False),
+    ("llama-500m", "b-sdp", {"C": 0.5}, False, False),
+)
 
 
 def step_flops(model: str, sequences: int, seq_len: int) -> int:
@@ -42,26 +68,52 @@ def step_flops(model: str, sequences: int, seq_len: int) -> int:
     return meter.model_flops
 
 
-def _arms(common: dict, workers: int, steps: int, seeds: tuple[int, ...], extra: bool) -> list[RunConfig]:
+def _budgets(common: dict, workers: int, steps: int) -> tuple[dict, dict]:
+    """Equal steps as a token budget, and FLOP-matched as DDP's FLOPs in as many steps."""
     sequences = workers * common["micro_batch"]
-    tokens = steps * sequences * common["seq_len"]
     # half a step short of `steps` DDP steps, so rounding never adds or drops one
     flops = (steps - 0.5) * step_flops(common["model"], sequences, common["seq_len"])
-    runs = []
-    for seed in seeds:
-        for budget in ({"tokens": tokens}, {"flops": flops}):
-            runs.append(RunConfig(method="ddp", nproc=workers, seed=seed, **common, **budget))
-            for c in (0.5, 0.75):
-                runs.append(RunConfig(method="b-sdp", nproc=workers, seed=seed, variant={"C": c}, **common, **budget))
-    if extra:
-        runs.append(RunConfig(method="b-sdp", nproc=workers, variant={"C": 0.75, "aggregation": "dense"},
-                              tokens=tokens, **common))
-        runs.append(RunConfig(method="bb-sdp", nproc=workers, variant={"C": 0.5}, tokens=tokens, **common))
-    return runs
+    return {"tokens": steps * sequences * common["seq_len"]}, {"flops": flops}
+
+
+def _quality_arms(common: dict, workers: int, steps: int, seeds: tuple[int, ...]) -> list[RunConfig]:
+    """The arms the quality claims compare, once per seed."""
+    equal, matched = _budgets(common, workers, steps)
+    arms = [("ddp", {}, equal), ("b-sdp", {"C": 0.5}, matched), ("b-sdp", {"C": 0.75}, equal)]
+    return [RunConfig(method=m, nproc=workers, seed=s, variant=v, **common, **EVALS, **budget)
+            for s in seeds for m, v, budget in arms]
+
+
+def _mechanism_arms(common: dict, workers: int, steps: int) -> list[RunConfig]:
+    """One seed each: memory and bytes of the other variants, and SDP+FSDP against FSDP, all with AC."""
+    equal, matched = _budgets(common, workers, steps)
+    arms = [("b-sdp", {"C": 0.5}, equal, False), ("b-sdp", {"C": 0.75, "aggregation": "dense"}, equal, False),
+            ("bb-sdp", {"C": 0.5}, equal, False), ("n-sdp", {"C": 0.5}, matched, False),
+            ("fsdp", {}, equal, True), ("b-sdp", {"C": 0.5, "fsdp": "holders"}, equal, True),
+            ("b-sdp", {"C": 0.5, "fsdp": "worker", "G": 2}, equal, True)]
+    # the worker reading needs two or more workers of G ranks each
+    return [RunConfig(method=m, nproc=workers, variant=v, ac=ac, **common, **budget) for m, v, budget, ac in arms
+            if workers // v.get("G", 1) >= 2]
+
+
+def _vision_arms() -> list[RunConfig]:
+    samples = VISION_STEPS * VISION_WORKERS * VISION["micro_batch"]
+    return [RunConfig(method=m, nproc=VISION_WORKERS, variant=v, tokens=samples, **VISION) for m, v in VISION_ARMS]
+
+
+def _estimates() -> list[Estimate]:
+    return [Estimate(RunConfig(method=method, model=model, variant=dict(variant), ac=ac, **ESTIMATE),
+                     gpus_per_node=ESTIMATE_GPUS_PER_NODE, topologies=(ESTIMATE_TOPOLOGY,) if projected else ())
+            for model, method, variant, ac, projected in ESTIMATES]
 
 
 def _seeds(default: int) -> tuple[int, ...]:
     return tuple(range(int(os.environ.get("SDP_SEEDS", default))))
+
+
+def _smoke() -> list[RunConfig]:
+    return [*_quality_arms(SMOKE, SMOKE_WORKERS, SMOKE_STEPS, _seeds(3)),
+            *_mechanism_arms(SMOKE, SMOKE_WORKERS, SMOKE_STEPS), *_vision_arms()]
 
 
 def _gpu() -> list[RunConfig]:
@@ -69,7 +121,7 @@ def _gpu() -> list[RunConfig]:
     if gpus < 2:
         raise ValueError(f"the sdp gpu preset needs at least 2 GPUs (one per SDP worker), found {gpus}; "
                          "use --preset smoke")
-    return _arms(GPU, gpus, GPU_STEPS, _seeds(3), extra=True)
+    return [*_quality_arms(GPU, gpus, GPU_STEPS, _seeds(3)), *_mechanism_arms(GPU, gpus, GPU_STEPS)]
 
 
 def _paper() -> list[RunConfig]:
@@ -83,17 +135,14 @@ def _paper() -> list[RunConfig]:
 
 
 def plan(preset: str) -> Plan:
-    if preset == "smoke":
-        runs = _arms(SMOKE, SMOKE_WORKERS, SMOKE_STEPS, _seeds(1), extra=True)
-    elif preset == "gpu":
-        runs = _gpu()
-    else:
-        runs = _paper()
-    for cfg in runs:
+    runs = {"smoke": _smoke, "gpu": _gpu, "paper": _paper}[preset]()
+    estimates = _estimates()
+    for cfg in [*runs, *(e.cfg for e in estimates)]:
         cfg.reproduction = "sdp"
+    for cfg in runs:
         cfg.command = command_line(cfg)
     notes = []
-    if preset == "smoke" and len(_seeds(1)) < 3:
-        notes.append("one seed per arm: the quality cards are inconclusive by design (SDP_SEEDS=3 runs three)")
+    if preset == "smoke" and len(_seeds(3)) < 3:
+        notes.append(f"{len(_seeds(3))} seed(s) per quality arm: the quality cards need 3 (SDP_SEEDS=3)")
     return Plan("sdp", preset, runs, protocol="equal steps (tokens) and FLOP-matched (flops), same global batch",
-                claims=Path(__file__).with_name("claims.yaml"), notes=notes)
+                claims=Path(__file__).with_name("claims.yaml"), notes=notes, estimates=estimates)

@@ -10,11 +10,14 @@ record with provenance `estimated`.
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
+import os
 import time
+from concurrent.futures import ProcessPoolExecutor
 from typing import Literal
 
 from suite.config import RunConfig
-from suite.estimate.rank import estimate_rank
+from suite.estimate.rank import RankEstimate, estimate_rank
 from suite.estimate.record import build_record
 from suite.recorder import new_run_id
 
@@ -36,6 +39,17 @@ def prepare(cfg: RunConfig) -> RunConfig:
     if out.run_id is None:
         out.run_id = f"estimate-{new_run_id(out)}"
     return out
+
+
+def _step_ranks(cfg: RunConfig, ranks: list[int], gpus_per_node: int) -> list[RankEstimate]:
+    """Estimate `ranks`, in parallel processes where there are cores: each rank is independent, and a
+    method whose ranks differ (SDP) needs every one stepped, which takes minutes at paper scale."""
+    workers = min(len(ranks), os.cpu_count() or 1)
+    if workers < 2:
+        return [estimate_rank(cfg, r, gpus_per_node) for r in ranks]
+    # spawn: a fresh interpreter per worker, with no fake process group or fake mode inherited
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(estimate_rank, [cfg] * len(ranks), ranks, [gpus_per_node] * len(ranks)))
 
 
 def estimate(cfg: RunConfig, gpus_per_node: int = 8, ranks: Literal["auto", "all"] = "auto") -> dict:
@@ -64,6 +78,6 @@ def estimate(cfg: RunConfig, gpus_per_node: int = 8, ranks: Literal["auto", "all
         estimated, stands_for = [first], dict.fromkeys(range(world), 0)
     else:
         symmetry = None
-        estimated = [first, *(estimate_rank(cfg, r, gpus_per_node) for r in range(1, world))]
+        estimated = [first, *_step_ranks(cfg, list(range(1, world)), gpus_per_node)]
         stands_for = {r: r for r in range(world)}
     return build_record(estimated, stands_for, symmetry, checked, gpus_per_node, time.perf_counter() - start)
