@@ -54,20 +54,21 @@ def state(record: dict) -> list[int]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("nproc,coverage,ac", [
-    (2, 0.75, False),
-    (3, 0.5, True),  # 4 blocks over 3 ranks: holder counts 2, 1, 1, 2 (1-rank meshes); with checkpointing
+@pytest.mark.parametrize("nproc,coverage,ac,accum", [
+    (2, 0.75, False, 1),
+    (3, 0.5, True, 1),  # 4 blocks over 3 ranks: holder counts 2, 1, 1, 2 (1-rank meshes); with checkpointing
+    (2, 0.75, False, 2),  # gradient sync on the last micro-batch only
 ])
-def test_holders_reading_equals_plain_b_sdp_with_fsdp_state(runs, nproc, coverage, ac):
-    sets = (f"C={coverage}", "check_every=1")
-    plain = run(runs, "b-sdp", nproc, 4, *sets, ac=ac)
-    sharded = run(runs, "b-sdp", nproc, 4, *sets, "fsdp=holders", ac=ac)
+def test_holders_reading_equals_plain_b_sdp_with_fsdp_state(runs, nproc, coverage, ac, accum):
+    sets = (f"C={coverage}", "check_every=1", f"grad_accum={accum}")
+    plain = run(runs, "b-sdp", nproc, 4 // accum, *sets, ac=ac)
+    sharded = run(runs, "b-sdp", nproc, 4 // accum, *sets, "fsdp=holders", ac=ac)
     assert_same_losses(sharded, plain)
     info = sharded["parallel"]["sdp"]
     assert info["fsdp"]["reading"] == "holders" and sharded["parallel"]["mesh"]["fsdp"] == "holders"
     assert bytes_by_op(sharded) == info["formula"]["payload_bytes_per_rank"]
     # model state per rank: FSDP's over all ranks, redistributed by the mask (equal in total)
-    fsdp = run(runs, "fsdp", nproc, 4, ac=ac)
+    fsdp = run(runs, "fsdp", nproc, 4 // accum, f"grad_accum={accum}", ac=ac)
     assert sum(state(sharded)) == pytest.approx(sum(state(fsdp)), rel=0.02)
     assert max(state(sharded)) < 1.3 * max(state(fsdp))
     assert max(state(sharded)) < 0.8 * min(state(plain))

@@ -294,7 +294,7 @@ class ComposedBlockSDP(BlockSDP):
         info["evaluation"] = ("full model gathered on rank 0 (full_tensor() on each holder mesh, then point-to-point "
                               "from the first holder), off the ledger; other ranks evaluate their own subnetwork")
         info["formula"] = fsdp_formula_bytes(self.mask, self._component_shapes(), self.reading, self.G,
-                                             self._gather_itemsize())
+                                             self._gather_itemsize(), self.cfg.grad_accum)
         return info
 
     def _component_shapes(self) -> dict[int, list[tuple[int, ...]]]:
@@ -317,13 +317,14 @@ class ComposedBlockSDP(BlockSDP):
 
 
 def fsdp_formula_bytes(mask: Mask, shapes: dict[int, list[tuple[int, ...]]], reading: str, g: int,
-                       gather_itemsize: int, reduce_itemsize: int = 4) -> dict:
+                       gather_itemsize: int, micro_batches: int = 1, reduce_itemsize: int = 4) -> dict:
     """Per-rank payload bytes of one step, by op, as the ledger counts them (FSDP2, reshard after forward).
 
     Each held block and the root (shared parts): all-gather forward and backward of its padded tensors
-    (everything is resharded after forward, as in the fsdp baseline), one reduce-scatter; none of them on
-    a 1-rank mesh. Shard size: the holder count under fsdp=holders, G under fsdp=worker, where a component
-    with |H| > 1 holder workers adds an all-reduce of the reduced shard (padded / G).
+    in every micro-batch (everything is resharded after forward, as in the fsdp baseline), one
+    reduce-scatter (gradients sync on the last micro-batch only); none of them on a 1-rank mesh. Shard
+    size: the holder count under fsdp=holders, G under fsdp=worker, where a component with |H| > 1
+    holder workers adds an all-reduce of the reduced shard (padded / G).
     """
     everyone = tuple(range(mask.workers))
     per_rank = []
@@ -334,7 +335,7 @@ def fsdp_formula_bytes(mask: Mask, shapes: dict[int, list[tuple[int, ...]]], rea
             n = len(holders) if reading == "holders" else g
             padded = sum(padded_numel(s, n) for s in shapes[component])
             if n > 1:
-                ops["all_gather"] += 2 * padded * gather_itemsize
+                ops["all_gather"] += 2 * micro_batches * padded * gather_itemsize
                 ops["reduce_scatter"] += padded * reduce_itemsize
             if reading == "worker" and len(holders) > 1:
                 ops["all_reduce"] += padded // n * reduce_itemsize
