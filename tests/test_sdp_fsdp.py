@@ -36,6 +36,12 @@ def assert_same_losses(a: dict, b: dict) -> None:
         assert (val_a is None and val_b is None) or val_a == pytest.approx(val_b, rel=1e-5)
 
 
+def wire(record: dict) -> list[float]:
+    steps = record["comm"]["steps"]
+    return [sum(o["wire_bytes"] for o in r["ops"] if o["group"] != "grad-norm") / steps
+            for r in record["comm"]["per_rank"]]
+
+
 def bytes_by_op(record: dict) -> list[dict[str, float]]:
     """Per rank and step: payload bytes of each op, without the clipping norm's all-reduce."""
     steps = record["comm"]["steps"]
@@ -67,6 +73,7 @@ def test_holders_reading_equals_plain_b_sdp_with_fsdp_state(runs, nproc, coverag
     info = sharded["parallel"]["sdp"]
     assert info["fsdp"]["reading"] == "holders" and sharded["parallel"]["mesh"]["fsdp"] == "holders"
     assert bytes_by_op(sharded) == info["formula"]["payload_bytes_per_rank"]
+    assert wire(sharded) == pytest.approx(info["formula"]["wire_bytes_per_rank"], rel=1e-12)
     # model state per rank: FSDP's over all ranks, redistributed by the mask (equal in total)
     fsdp = run(runs, "fsdp", nproc, 4 // accum, f"grad_accum={accum}", ac=ac)
     assert sum(state(sharded)) == pytest.approx(sum(state(fsdp)), rel=0.02)
@@ -84,6 +91,7 @@ def test_worker_reading_equals_b_sdp_at_k_workers(runs):
     assert sharded["parallel"]["mesh"] == {"sdp_workers": 2, "fsdp": "worker", "shard": 2}
     assert info["K"] == 2 and info["holder_checks"] == sharded["totals"]["steps"]
     assert bytes_by_op(sharded) == info["formula"]["payload_bytes_per_rank"]
+    assert wire(sharded) == pytest.approx(info["formula"]["wire_bytes_per_rank"], rel=1e-12)
 
 
 @pytest.mark.parametrize("world,sets", [(4, {"C": 0.5, "fsdp": "holders"}),
@@ -95,6 +103,8 @@ def test_estimated_bytes_equal_the_formula(world, sets):
     measured = bytes_by_op(rec)
     ranks = [r["rank"] for r in rec["comm"]["per_rank"]]
     assert measured == [formula[r] for r in ranks]
+    wire_formula = rec["parallel"]["sdp"]["formula"]["wire_bytes_per_rank"]
+    assert wire(rec) == pytest.approx([wire_formula[r] for r in ranks], rel=1e-12)
 
 
 @pytest.mark.parametrize("variant,world,fix", [

@@ -284,7 +284,7 @@ class ComposedBlockSDP(BlockSDP):
                      if self.reading == "holders" else
                      f"each block: (replicate = its holder workers, shard = G = {self.G}) HSDP, a 1-D shard mesh "
                      "when one worker holds it; shared parts: (replicate = all K workers, shard = G)"),
-            "holder_meshes": [self.ranks_of(h) for h in self._holder_sets()],
+            "holder_meshes": [self.ranks_of(h) if self.reading == "worker" else list(h) for h in self._holder_sets()],
         }
         info["aggregation"] = ("FSDP2 reduce-scatter over each holder mesh (mean over holders)"
                                if self.reading == "holders" else
@@ -327,9 +327,10 @@ def fsdp_formula_bytes(mask: Mask, shapes: dict[int, list[tuple[int, ...]]], rea
     holder workers adds an all-reduce of the reduced shard (padded / G).
     """
     everyone = tuple(range(mask.workers))
-    per_rank = []
+    payload, wire = [], []
     for worker in range(mask.workers):
         ops = {"all_gather": 0, "reduce_scatter": 0, "all_reduce": 0}
+        sent = 0.0
         for component in (SHARED, *mask.held[worker]):
             holders = everyone if component == SHARED else mask.holders[component]
             n = len(holders) if reading == "holders" else g
@@ -337,9 +338,14 @@ def fsdp_formula_bytes(mask: Mask, shapes: dict[int, list[tuple[int, ...]]], rea
             if n > 1:
                 ops["all_gather"] += 2 * micro_batches * padded * gather_itemsize
                 ops["reduce_scatter"] += padded * reduce_itemsize
+                sent += (2 * micro_batches * gather_itemsize + reduce_itemsize) * padded * (n - 1) / n
             if reading == "worker" and len(holders) > 1:
                 ops["all_reduce"] += padded // n * reduce_itemsize
-        per_rank += [ops] * (g if reading == "worker" else 1)
-    return {"payload_bytes_per_rank": per_rank,
-            "note": "per step, by op; the grad-norm all-reduce is recorded separately"}
+                sent += 2 * padded // n * reduce_itemsize * (len(holders) - 1) / len(holders)
+        copies = g if reading == "worker" else 1
+        payload += [ops] * copies
+        wire += [sent] * copies
+    return {"payload_bytes_per_rank": payload, "wire_bytes_per_rank": wire,
+            "note": "per step, payload by op and ring wire bytes in total; the grad-norm all-reduce is recorded "
+                    "separately"}
 
