@@ -82,13 +82,13 @@ def test_rounds_alternate_the_two_launches_and_the_pair_keeps_their_median(tmp_p
     assert summary["ratio"] == pytest.approx(0.9)
 
 
-def test_short_gate_needs_five_launches(tmp_path, monkeypatch):
+def test_short_gate_needs_seven_launches(tmp_path, monkeypatch):
     launches = FakeLaunches(dict.fromkeys({c.key for p in PAIRS for c in (p.method, p.baseline)}, 1000.0))
     monkeypatch.setattr("benchmarks.measure.measure", launches)
     meter = PairMeter(tmp_path, RecordClock())
     for pair in selected(short=True):
         meter(pair)
-    assert len(launches.order) == 5
+    assert len(launches.order) == 7  # 4 pairs; fsdp/ddp reuses the DDP launch of meters/no-meters
 
 
 def test_a_run_against_its_own_reference_passes():
