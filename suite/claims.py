@@ -241,7 +241,9 @@ class Environment:
     def of(cls, df: pd.DataFrame) -> Environment:
         if df.empty:
             return cls()
-        return cls(frozenset(df["device"]), int(df["world_size"].max()), bool(df["inter_node"].any()))
+        # a simulated record names the GPU it was projected onto; only measurements show a device exists
+        measured = df[df["provenance"] == "measured"]
+        return cls(frozenset(measured["device"]), int(df["world_size"].max()), bool(df["inter_node"].any()))
 
     def meets(self, requirement: str) -> bool:
         if requirement == "cuda":

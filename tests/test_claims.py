@@ -348,3 +348,12 @@ def test_mechanism_claim_reads_an_eval_of_one_arm():
 def test_a_verdict_is_one_of_four():
     with pytest.raises(ValueError, match="not one of"):
         claims_module.Verdict("probably")
+
+
+def test_a_simulated_gpu_does_not_make_cuda_claims_testable():
+    c = claim(requires=["cuda"], what_would_test="a GPU",
+              metric={"name": "ratio", "field": "peak_bytes_max", "method": "m", "baseline": "ddp"})
+    sim = {"provenance": "simulated", "evidence": "simulated", "device": "cuda"}
+    assert evaluate(c, frame(rows("m", [60.0], **sim), rows("ddp", [100.0], **sim))).verdict == "not testable here"
+    gpu = {"device": "cuda", "evidence": "measured (gpu)"}
+    assert evaluate(c, frame(rows("m", [60.0], **gpu), rows("ddp", [100.0], **gpu))).verdict == "reproduced"
