@@ -25,7 +25,6 @@ waits; the groups themselves are created in one order on every rank.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -41,7 +40,7 @@ from baselines import precision
 from baselines.checkpointing import apply_activation_checkpointing
 from baselines.fsdp import _gradient_sync
 from reproductions.sdp.masks import Mask
-from reproductions.sdp.method import SHARED, BlockSDP, _whole, drop_blocks, maskable_blocks
+from reproductions.sdp.method import SHARED, BlockSDP, _whole, drop_blocks, local_tensor, maskable_blocks
 from suite.strategy import Context, register
 
 READINGS = ("none", "holders", "worker")
@@ -52,10 +51,6 @@ def _reading(value: object) -> str:
         raise ValueError(f"fsdp must be one of {', '.join(READINGS)}, got {value!r}; pass --set fsdp=holders "
                          "(each block sharded over its holders) or --set fsdp=worker --set G=2 (workers of G ranks)")
     return str(value)
-
-
-def _local(t: torch.Tensor) -> torch.Tensor:
-    return t.to_local() if isinstance(t, DTensor) else t
 
 
 def padded_numel(shape: tuple[int, ...], n: int) -> int:
@@ -205,40 +200,21 @@ class ComposedBlockSDP(BlockSDP):
         squares = torch.zeros(len(self.names), dtype=torch.float32, device=ctx.device)
         for i, n in enumerate(self.names):
             if n in self.local and self.local[n].grad is not None:
-                squares[i] = torch.linalg.vector_norm(_local(self.local[n].grad), dtype=torch.float32) ** 2
+                squares[i] = torch.linalg.vector_norm(local_tensor(self.local[n].grad), dtype=torch.float32) ** 2
         if self.norm_group is not None:
             dist.all_reduce(squares, group=self.norm_group)
         copies = torch.tensor([self.copies(n) for n in self.names], dtype=torch.float32, device=ctx.device)
         coef = (max_norm / ((squares / copies).sum().sqrt() + 1e-6)).clamp(max=1.0)
         for p in self.local.values():
             if p.grad is not None:
-                _local(p.grad).mul_(coef)  # the local shard: what the optimizer steps on
+                local_tensor(p.grad).mul_(coef)  # the local shard: what the optimizer steps on
 
-    def _check_holders(self, step: int, ctx: Context) -> None:
-        """Copies of a shard (same component, same shard index) must be bit-identical; under fsdp=holders
-        every shard has one copy, so only fsdp=worker compares anything."""
+    def _shard_slot(self, ctx: Context) -> int | None:
+        """Copies of a shard share a component and a shard index; under fsdp=holders every shard has one
+        copy, so only fsdp=worker compares anything."""
         if self.reading == "none":
-            return super()._check_holders(step, ctx)
-        slot = ctx.rank % self.G if self.reading == "worker" else ctx.rank
-        digests = {}
-        for c in sorted(set(self.component.values())):
-            names = [n for n in self.names if self.component[n] == c and n in self.local]
-            if names:
-                h = hashlib.sha256()
-                for n in names:
-                    h.update(_local(self.local[n]).detach().cpu().numpy().tobytes())
-                digests[(c, slot)] = h.hexdigest()
-        was, ctx.ledger.enabled = ctx.ledger.enabled, False
-        gathered = [None] * ctx.world_size
-        dist.all_gather_object(gathered, digests, group=self.check_group)
-        ctx.ledger.enabled = was
-        for key in digests:
-            copies = {r: d[key] for r, d in enumerate(gathered) if key in d}
-            if len(set(copies.values())) > 1:
-                name = "shared parts" if key[0] == SHARED else f"block {key[0]}"
-                raise RuntimeError(f"SDP holders diverged after step {step}: shard {key[1]} of {name} differs "
-                                   f"across ranks {sorted(copies)}")
-        self.info["holder_checks"] = self.info.get("holder_checks", 0) + 1
+            return None
+        return ctx.rank % self.G if self.reading == "worker" else ctx.rank
 
     @torch.no_grad()
     def eval_model(self, model: nn.Module) -> nn.Module:
@@ -251,7 +227,7 @@ class ComposedBlockSDP(BlockSDP):
         if self.reading == "none":
             return super().eval_model(model)
         ctx = self.ctx
-        full = {n: _local(p.full_tensor() if isinstance(p, DTensor) else p) for n, p in model.named_parameters()}
+        full = {n: local_tensor(p.full_tensor() if isinstance(p, DTensor) else p) for n, p in model.named_parameters()}
         full.update(dict(model.named_buffers()))
         with torch.device("meta"):
             plain = self.make_model()

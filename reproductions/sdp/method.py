@@ -28,6 +28,7 @@ from contextlib import AbstractContextManager
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from baselines import precision
 from baselines.checkpointing import apply_activation_checkpointing
@@ -122,6 +123,11 @@ def freeze_blocks(model: nn.Module, keep: set[int]) -> nn.Module:
                 delattr(module, name)
                 module.register_buffer(name, param.detach())
     return model
+
+
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a tensor: the local shard of a DTensor, or the tensor itself."""
+    return t.to_local() if isinstance(t, DTensor) else t
 
 
 def _flat(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -290,25 +296,32 @@ class SubnetworkDP(Strategy):
             if ctx.rank not in ranks:
                 _scatter(flat, params)
 
+    def _shard_slot(self, ctx: Context) -> int | None:
+        """Which shard of each component this rank holds; None when it holds whole components."""
+        return None
+
     def _check_holders(self, step: int, ctx: Context) -> None:
-        """Every copy of a component must be bit-identical; compared by digest, off the ledger."""
+        """Every copy of a component (or of one shard of it) must be bit-identical; compared by digest,
+        off the ledger."""
+        slot = self._shard_slot(ctx)
         digests = {}
         for c in sorted(set(self.component.values())):
             names = [n for n in self.names if self.component[n] == c and n in self.local]
             if names:
                 h = hashlib.sha256()
                 for n in names:
-                    h.update(self.local[n].detach().cpu().numpy().tobytes())
-                digests[c] = h.hexdigest()
+                    h.update(local_tensor(self.local[n]).detach().cpu().numpy().tobytes())
+                digests[(c, slot)] = h.hexdigest()
         was, ctx.ledger.enabled = ctx.ledger.enabled, False
         gathered = [None] * ctx.world_size
         dist.all_gather_object(gathered, digests, group=self.check_group)
         ctx.ledger.enabled = was
-        for c in digests:
-            copies = {r: d[c] for r, d in enumerate(gathered) if c in d}
+        for key in digests:
+            copies = {r: d[key] for r, d in enumerate(gathered) if key in d}
             if len(set(copies.values())) > 1:
-                name = "shared parts" if c == SHARED else f"block {c}"
-                raise RuntimeError(f"SDP holders diverged after step {step}: {name} differs across ranks "
+                name = "shared parts" if key[0] == SHARED else f"block {key[0]}"
+                shard = "" if slot is None else f"shard {slot} of "
+                raise RuntimeError(f"SDP holders diverged after step {step}: {shard}{name} differs across ranks "
                                    f"{sorted(copies)}")
         self.info["holder_checks"] = self.info.get("holder_checks", 0) + 1
 
