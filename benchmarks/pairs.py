@@ -77,16 +77,18 @@ FSDP = Config("fsdp")
 
 # Order matters: a pair whose baseline (or method) is the configuration just measured reuses that
 # launch, so keep pairs that share a configuration next to each other.
+# Tolerances: on a quiet 2-core machine single rounds of a pair fell up to 12.5% below their 3-round
+# median (fsdp-ac/fsdp, hsdp/ddp) and 7.7% (b-sdp/ddp); those pairs get 15%, the steadier ones 10%.
 PAIRS: list[Pair] = [
     Pair("meters/no-meters", DDP, Config("ddp", meters=False), short=True),
     Pair("fsdp/ddp", FSDP, DDP, short=True),
-    Pair("fsdp-ac/fsdp", Config("fsdp", ac=True), FSDP),
+    Pair("fsdp-ac/fsdp", Config("fsdp", ac=True), FSDP, tolerance=0.15),
     Pair("ddp-ac/ddp", Config("ddp", ac=True), DDP, short=True),
     # bf16 steps are 8-25x slower than fp32 on this AVX2-only CPU (no bf16 kernels): fewer steps
     Pair("ddp-bf16/ddp", Config("ddp", precision="bf16", steps=5), DDP),
-    Pair("hsdp/ddp", Config("hsdp", nproc=4), Config("ddp", nproc=4)),
+    Pair("hsdp/ddp", Config("hsdp", nproc=4), Config("ddp", nproc=4), tolerance=0.15),
     # SDP (reproductions/sdp): 2 of llama-tiny's 4 blocks per worker, against DDP at the same world size
-    Pair("b-sdp/ddp", Config("b-sdp", sets=(("C", 0.5),)), DDP, short=True),
+    Pair("b-sdp/ddp", Config("b-sdp", sets=(("C", 0.5),)), DDP, tolerance=0.15, short=True),
     Pair("b-sdp-dense/b-sdp", Config("b-sdp", sets=(("C", 0.5), ("aggregation", "dense"))),
          Config("b-sdp", sets=(("C", 0.5),))),
 ]
