@@ -61,9 +61,8 @@ def state(record: dict) -> list[int]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("nproc,coverage,ac,accum", [
-    (2, 0.75, False, 1),
     (3, 0.5, True, 1),  # 4 blocks over 3 ranks: holder counts 2, 1, 1, 2 (1-rank meshes); with checkpointing
-    (2, 0.75, False, 2),  # gradient sync on the last micro-batch only
+    (2, 0.75, False, 2),  # 2 micro-batches: gradient sync on the last one only
 ])
 def test_holders_reading_equals_plain_b_sdp_with_fsdp_state(runs, nproc, coverage, ac, accum):
     sets = (f"C={coverage}", "check_every=1", f"grad_accum={accum}")
