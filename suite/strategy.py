@@ -19,9 +19,15 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from suite.config import RunConfig
 from suite.meters.comm import CommLedger
+
+
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a tensor: the local shard of a DTensor, or the tensor itself."""
+    return t.to_local() if isinstance(t, DTensor) else t
 
 
 @dataclass

@@ -13,7 +13,8 @@ import math
 import os
 import sys
 import traceback
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
 import torch
@@ -33,8 +34,8 @@ from suite.meters.comm import METHOD as COMM_METHOD
 from suite.meters.comm import CommLedger
 from suite.meters.flops import FlopMeter
 from suite.meters.memory import MemoryMeter
+from suite.meters.schedule import Metered, metered
 from suite.meters.schedule import comm_steps as comm_window
-from suite.meters.schedule import metered
 from suite.protocols import Progress, from_args
 from suite.recorder import new_record, new_run_id
 from suite.records import write_record
@@ -203,12 +204,9 @@ class Worker:
         self._write()
         while True:
             on = metered(cfg, step, self.strategy.comm_period)
-            flop_meter = FlopMeter() if on.flops else nullcontext()
-            mem_meter = MemoryMeter(self._plain_model(), self.optimizer, self.device) if on.memory else None
-            # meters off: the ledger's dispatch mode is not entered, so unmetered steps cost nothing extra
+            flop_meter = FlopMeter() if on.flops else None
             with clock.step(self.step_tokens, on_clock=not on.any):
-                with self.ledger if on.comm else nullcontext(), flop_meter, \
-                        (mem_meter.measure() if mem_meter else nullcontext()):
+                with self.metering(on, flop_meter) as mem_meter:
                     train_loss = self.train_step(step)
             if on.flops:
                 flops_per_step, hw_flops_per_step = self._sum_flops(flop_meter)
@@ -231,6 +229,15 @@ class Worker:
                 break
         self._final_evals()
         self._close(progress, clock, flops_per_step, hw_flops_per_step, memory, comm_steps)
+
+    @contextmanager
+    def metering(self, on: Metered, flop_meter: FlopMeter | None) -> Iterator[MemoryMeter | None]:
+        """The meters `on` asks for around one step (ledger, FLOP counter, memory tracker); yields the memory
+        meter, or None. A meter not asked for is not entered, so unmetered steps cost nothing extra."""
+        mem_meter = MemoryMeter(self._plain_model(), self.optimizer, self.device) if on.memory else None
+        with self.ledger if on.comm else nullcontext(), flop_meter if on.flops else nullcontext(), \
+                (mem_meter.measure() if mem_meter else nullcontext()):
+            yield mem_meter
 
     def _final_evals(self) -> None:
         """Checkpoint and downstream scores of the evaluation model, off the clock and off the ledger."""

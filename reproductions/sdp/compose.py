@@ -40,8 +40,8 @@ from baselines import precision
 from baselines.checkpointing import apply_activation_checkpointing
 from baselines.fsdp import _gradient_sync
 from reproductions.sdp.masks import Mask
-from reproductions.sdp.method import SHARED, BlockSDP, _whole, drop_blocks, local_tensor, maskable_blocks
-from suite.strategy import Context, register
+from reproductions.sdp.method import SHARED, BlockSDP, _whole, drop_blocks, maskable_blocks
+from suite.strategy import Context, local_tensor, register
 
 READINGS = ("none", "holders", "worker")
 

@@ -28,14 +28,13 @@ from contextlib import AbstractContextManager
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.tensor import DTensor
 
 from baselines import precision
 from baselines.checkpointing import apply_activation_checkpointing
 from reproductions.sdp.masks import Mask, assign
 from suite import models
 from suite.models import blocks_of
-from suite.strategy import Context, Strategy, register
+from suite.strategy import Context, Strategy, local_tensor, register
 
 AGGREGATIONS = ("groups", "dense")
 SHARED = -1  # component index of the parts every rank holds
@@ -123,11 +122,6 @@ def freeze_blocks(model: nn.Module, keep: set[int]) -> nn.Module:
                 delattr(module, name)
                 module.register_buffer(name, param.detach())
     return model
-
-
-def local_tensor(t: torch.Tensor) -> torch.Tensor:
-    """This rank's part of a tensor: the local shard of a DTensor, or the tensor itself."""
-    return t.to_local() if isinstance(t, DTensor) else t
 
 
 def _flat(tensors: list[torch.Tensor]) -> torch.Tensor:

@@ -8,17 +8,16 @@ loss means, record gathering) are not run: they need peers.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
-from torch.distributed.tensor import DTensor
 
 from suite.config import RunConfig
 from suite.estimate.fake import FakeTensors, fake_world
 from suite.meters.flops import FlopMeter
-from suite.meters.memory import MemoryMeter
 from suite.meters.schedule import last_metered_step, metered
+from suite.strategy import local_tensor
 from suite.train import Worker
 
 
@@ -54,10 +53,6 @@ def steps_of(cfg: RunConfig, period: int) -> int:
     return last_metered_step(cfg, period) + 1
 
 
-def _local(t: torch.Tensor) -> torch.Tensor:
-    return t.to_local() if isinstance(t, DTensor) else t
-
-
 def signature(worker: Worker) -> tuple:
     """What a rank's step depends on besides the data: the storage of its local tensors, and its groups.
 
@@ -66,7 +61,7 @@ def signature(worker: Worker) -> tuple:
     last ranks' shorter views share the padded size of everyone else's (see `short_views`).
     """
     model = worker.model
-    tensors = tuple((kind, name, _local(t).untyped_storage().nbytes(), str(t.dtype))
+    tensors = tuple((kind, name, local_tensor(t).untyped_storage().nbytes(), str(t.dtype))
                     for kind, named in (("param", model.named_parameters()), ("buffer", model.named_buffers()))
                     for name, t in named)
     groups = tuple(sorted((g["name"], g["size"], g["tier"]) for g in worker.ctx.groups))
@@ -74,7 +69,7 @@ def signature(worker: Worker) -> tuple:
 
 
 def local_numels(worker: Worker) -> dict[str, int]:
-    return {name: _local(p).numel() for name, p in worker.model.named_parameters()}
+    return {name: local_tensor(p).numel() for name, p in worker.model.named_parameters()}
 
 
 def _run_steps(worker: FakeWorker, steps: int) -> tuple[dict, FlopMeter, int]:
@@ -83,9 +78,7 @@ def _run_steps(worker: FakeWorker, steps: int) -> tuple[dict, FlopMeter, int]:
     with worker.fakes.active():
         for step in range(steps):
             on = metered(cfg, step, worker.strategy.comm_period)
-            mem_meter = MemoryMeter(worker._plain_model(), worker.optimizer, worker.device) if on.memory else None
-            with worker.ledger if on.comm else nullcontext(), flops if on.flops else nullcontext(), \
-                    (mem_meter.measure() if mem_meter else nullcontext()):
+            with worker.metering(on, flops) as mem_meter:
                 worker.train_step(step)
             if mem_meter:
                 memory = mem_meter.result()
