@@ -30,8 +30,10 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
+    """ruff's linter and its formatter (one format for the whole tree), both as checks."""
     session.install("ruff")
-    session.run("ruff", "check", "suite", "baselines", "reproductions", "tests", "noxfile.py")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
 
 
 @nox.session
@@ -65,7 +67,15 @@ def bench(session: nox.Session) -> None:
     install(session)
     latest = "results/bench/latest.json"
     pytest_args = [a for a in session.posargs if a != "--compare"]
-    session.run("python", "-m", "pytest", "benchmarks/test_throughput.py", "-m", "bench",
-                f"--benchmark-json={latest}", *pytest_args)
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "benchmarks/test_throughput.py",
+        "-m",
+        "bench",
+        f"--benchmark-json={latest}",
+        *pytest_args,
+    )
     if "--compare" in session.posargs:
         session.run("python", "-m", "benchmarks.gate", latest, "--reference", "results/bench/reference.json")

@@ -16,9 +16,11 @@ from suite.strategy import Context, Strategy, register
 # Buffers here are constants (RoPE tables) or running statistics read only by rank 0's evaluation;
 # broadcasting them every forward would add traffic that is not DDP's gradient all-reduce. The flag
 # was renamed in torch 2.14; users on GPU nodes may bring an older torch.
-_NO_FORWARD_BUFFER_SYNC = ({"forward_sync_buffers": False}
-                           if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
-                           else {"broadcast_buffers": False})
+_NO_FORWARD_BUFFER_SYNC = (
+    {"forward_sync_buffers": False}
+    if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
+    else {"broadcast_buffers": False}
+)
 
 
 @register

@@ -44,8 +44,11 @@ class FSDP(Strategy):
         model = make_model()
         if self.cfg.ac:
             apply_activation_checkpointing(model)
-        kw = {"mesh": self.mesh, "mp_policy": precision.fsdp_policy(self.cfg.precision),
-              "reshard_after_forward": self.variant.get("reshard_after_forward", True)}
+        kw = {
+            "mesh": self.mesh,
+            "mp_policy": precision.fsdp_policy(self.cfg.precision),
+            "reshard_after_forward": self.variant.get("reshard_after_forward", True),
+        }
         for block in blocks_of(model):
             fully_shard(block, **kw)
         fully_shard(model, **kw)
@@ -55,8 +58,11 @@ class FSDP(Strategy):
         return _gradient_sync(model, last)
 
     def describe(self, ctx: Context) -> dict:
-        return {"strategy": self.name, "mesh": dict(zip(self.mesh.mesh_dim_names, self.mesh.shape)),
-                "reshard_after_forward": self.variant.get("reshard_after_forward", True)}
+        return {
+            "strategy": self.name,
+            "mesh": dict(zip(self.mesh.mesh_dim_names, self.mesh.shape)),
+            "reshard_after_forward": self.variant.get("reshard_after_forward", True),
+        }
 
 
 @register
@@ -78,10 +84,12 @@ class HSDP(FSDP):
             raise ValueError(
                 f"hsdp needs a replicate x shard mesh: {world_size} workers cannot be split into groups of "
                 f"{shard} (at least 2 per group, at least 2 groups); use --nproc 4 (2 x 2) or --set shard=S with "
-                f"S >= 2 dividing --nproc and at most half of it")
+                f"S >= 2 dividing --nproc and at most half of it"
+            )
 
     def make_mesh(self, ctx: Context) -> DeviceMesh:
         self.check(ctx.world_size)
         shard = self.shard_size(ctx.world_size)
-        return init_device_mesh(ctx.device.type, (ctx.world_size // shard, shard),
-                                mesh_dim_names=("replicate", "shard"))
+        return init_device_mesh(
+            ctx.device.type, (ctx.world_size // shard, shard), mesh_dim_names=("replicate", "shard")
+        )

@@ -33,9 +33,13 @@ def build_optimizer(model: nn.Module, cfg: RunConfig) -> tuple[torch.optim.Optim
     check(cfg.optimizer)
     groups = param_groups(model)
     opt = torch.optim.AdamW(
-        [{"params": groups["matrices"], "weight_decay": cfg.weight_decay, "name": "matrices"},
-         {"params": groups["other"], "weight_decay": 0.0, "name": "other"}],
-        lr=cfg.lr, betas=cfg.betas, foreach=True,
+        [
+            {"params": groups["matrices"], "weight_decay": cfg.weight_decay, "name": "matrices"},
+            {"params": groups["other"], "weight_decay": 0.0, "name": "other"},
+        ],
+        lr=cfg.lr,
+        betas=cfg.betas,
+        foreach=True,
     )
     warmup = max(cfg.warmup_steps, 1)
     schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / warmup))

@@ -35,9 +35,14 @@ CASES = {
 def run_case(args: list[str], results: Path) -> tuple[float, int, str]:
     """(seconds, peak RSS bytes, last line) of one `python -m suite estimate` process."""
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "suite", "estimate", *args, "--results", str(results)],
-                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "suite", "estimate", *args, "--results", str(results)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - start
@@ -51,8 +56,11 @@ def limits() -> None:
         for name, (args, max_s, max_rss) in CASES.items():
             seconds, rss, _ = run_case(args, Path(tmp))
             verdict = "ok" if seconds <= max_s and rss <= max_rss else "OVER"
-            print(f"{name:<22} {seconds:7.1f} s (limit {max_s}), peak RSS {rss / 2**30:5.2f} GiB "
-                  f"(limit {max_rss / 2**30:.0f})  {verdict}", flush=True)
+            print(
+                f"{name:<22} {seconds:7.1f} s (limit {max_s}), peak RSS {rss / 2**30:5.2f} GiB "
+                f"(limit {max_rss / 2**30:.0f})  {verdict}",
+                flush=True,
+            )
 
 
 def loopback(world: int = 2) -> None:
@@ -64,13 +72,16 @@ def loopback(world: int = 2) -> None:
     timings = measure(world, sizes) + measure(2 * world, sizes, ("all_reduce",))
     fitted = [t for t in timings if t["op"] == "all_reduce" and t["n"] == world]
     tier = fit_tier(fitted)
-    print(f"fitted on all_reduce x{world}: latency {tier.latency * 1e6:.1f} us, "
-          f"bandwidth {tier.bandwidth / 1e9:.2f} GB/s")
+    print(
+        f"fitted on all_reduce x{world}: latency {tier.latency * 1e6:.1f} us, bandwidth {tier.bandwidth / 1e9:.2f} GB/s"
+    )
     print(f"{'op':<12}{'n':>3}{'payload':>11}{'measured ms':>13}{'ring ms':>10}{'tree ms':>10}")
     for t in timings:
         ring, tree = (cost(t["op"], t["payload"], t["n"], tier.bandwidth, tier.latency, a) for a in ("ring", "tree"))
-        print(f"{t['op']:<12}{t['n']:>3}{t['payload']:>11}{t['seconds'] * 1e3:>13.3f}{ring * 1e3:>10.3f}"
-              f"{tree * 1e3:>10.3f}")
+        print(
+            f"{t['op']:<12}{t['n']:>3}{t['payload']:>11}{t['seconds'] * 1e3:>13.3f}{ring * 1e3:>10.3f}"
+            f"{tree * 1e3:>10.3f}"
+        )
 
 
 @pytest.mark.bench

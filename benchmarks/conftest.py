@@ -17,10 +17,15 @@ def positive_int(text: str) -> int:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--short", action="store_true",
-                     help="only the pairs of CI's short gate (benchmarks/pairs.py, short=True)")
-    parser.addoption("--rounds", type=positive_int, default=1,
-                     help="rounds per pair (n rounds: n + 1 alternating launches); the gate uses their median ratio")
+    parser.addoption(
+        "--short", action="store_true", help="only the pairs of CI's short gate (benchmarks/pairs.py, short=True)"
+    )
+    parser.addoption(
+        "--rounds",
+        type=positive_int,
+        default=1,
+        help="rounds per pair (n rounds: n + 1 alternating launches); the gate uses their median ratio",
+    )
 
 
 def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output_json: dict) -> None:

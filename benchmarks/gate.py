@@ -22,17 +22,21 @@ from pathlib import Path
 
 from benchmarks.pairs import PAIRS, Pair
 
-REFRESH = "nox -s bench -- --rounds 3 && python -m benchmarks.gate results/bench/latest.json " \
-          "--write-reference results/bench/reference.json"
+REFRESH = (
+    "nox -s bench -- --rounds 3 && python -m benchmarks.gate results/bench/latest.json "
+    "--write-reference results/bench/reference.json"
+)
 
 OK, FASTER, REGRESSED = "ok", "faster", "REGRESSED"
 NOT_MEASURED, NO_REFERENCE, STALE = "NOT MEASURED", "NO REFERENCE", "STALE REFERENCE"
 FAILING = {REGRESSED, NOT_MEASURED, NO_REFERENCE, STALE}
-NOTES = {FASTER: "not a failure; refresh the reference once the speed-up is understood (README, Throughput gate)",
-         REGRESSED: "the method slowed down relative to its baseline",
-         NOT_MEASURED: "the pair's benchmark failed or did not run (see pytest's output above)",
-         NO_REFERENCE: "a new pair: add its reference ratio (README, Throughput gate)",
-         STALE: "the pair's settings changed since its reference was measured: refresh the reference"}
+NOTES = {
+    FASTER: "not a failure; refresh the reference once the speed-up is understood (README, Throughput gate)",
+    REGRESSED: "the method slowed down relative to its baseline",
+    NOT_MEASURED: "the pair's benchmark failed or did not run (see pytest's output above)",
+    NO_REFERENCE: "a new pair: add its reference ratio (README, Throughput gate)",
+    STALE: "the pair's settings changed since its reference was measured: refresh the reference",
+}
 
 
 @dataclass(frozen=True)
@@ -67,15 +71,19 @@ def covered_pairs(bench: dict, pairs: Sequence[Pair]) -> list[Pair]:
     known = {p.name: p for p in pairs}
     unknown = [name for name in bench["bench_pairs"] if name not in known]
     if unknown:
-        raise ValueError(f"the run covered pair {unknown[0]!r}, which benchmarks/pairs.py no longer has; "
-                         "rerun `nox -s bench`")
+        raise ValueError(
+            f"the run covered pair {unknown[0]!r}, which benchmarks/pairs.py no longer has; rerun `nox -s bench`"
+        )
     return [known[name] for name in bench["bench_pairs"]]
 
 
 def measured_ratios(bench: dict, pairs: Sequence[Pair]) -> dict[str, float | None]:
     """Each covered pair's ratio (method tokens/s over baseline tokens/s); None where it was not measured."""
-    ratios = {b["extra_info"]["pair"]: b["extra_info"]["ratio"]
-              for b in bench["benchmarks"] if "pair" in b.get("extra_info", {})}
+    ratios = {
+        b["extra_info"]["pair"]: b["extra_info"]["ratio"]
+        for b in bench["benchmarks"]
+        if "pair" in b.get("extra_info", {})
+    }
     return {pair.name: ratios.get(pair.name) for pair in covered_pairs(bench, pairs)}
 
 
@@ -109,8 +117,10 @@ def format_table(rows: Sequence[Row]) -> str:
     width = max([len("pair"), *(len(r.pair) for r in rows)])
     lines = [f"{'pair':<{width}}  {'reference':>9}  {'measured':>8}  {'change':>7}  {'tolerance':>9}  verdict"]
     for r in rows:
-        lines.append(f"{r.pair:<{width}}  {num(r.reference, '.3f'):>9}  {num(r.measured, '.3f'):>8}  "
-                     f"{num(r.change, '+.1%'):>7}  {r.tolerance:>9.0%}  {r.verdict}")
+        lines.append(
+            f"{r.pair:<{width}}  {num(r.reference, '.3f'):>9}  {num(r.measured, '.3f'):>8}  "
+            f"{num(r.change, '+.1%'):>7}  {r.tolerance:>9.0%}  {r.verdict}"
+        )
     for verdict in dict.fromkeys(r.verdict for r in rows):
         if verdict in NOTES:
             lines.append(f"{verdict}: {NOTES[verdict]}")
@@ -126,20 +136,35 @@ def reference_from(bench: dict, pairs: Sequence[Pair] = PAIRS, command: str = RE
     ratios = measured_ratios(bench, pairs)
     missing = [p.name for p in pairs if ratios.get(p.name) is None]
     if missing:
-        raise ValueError(f"pair {missing[0]!r} was not measured in this run; refresh the reference from a full "
-                         "run (`nox -s bench`, without --short)")
-    rounds = {b["extra_info"]["pair"]: b["extra_info"].get("rounds", []) for b in bench["benchmarks"]
-              if "pair" in b["extra_info"]}
+        raise ValueError(
+            f"pair {missing[0]!r} was not measured in this run; refresh the reference from a full "
+            "run (`nox -s bench`, without --short)"
+        )
+    rounds = {
+        b["extra_info"]["pair"]: b["extra_info"].get("rounds", [])
+        for b in bench["benchmarks"]
+        if "pair" in b["extra_info"]
+    }
     machine = bench.get("machine_info", {})
     return {
         "command": command,
         "written": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "measured": bench.get("datetime"),
         "commit": bench.get("commit_info", {}).get("id"),
-        "machine": {"cpu": machine.get("cpu", {}).get("brand_raw"), "cores": machine.get("cpu", {}).get("count"),
-                    "python": machine.get("python_version")},
-        "pairs": {p.name: {"ratio": ratios[p.name], "method": p.method.key, "baseline": p.baseline.key,
-                           "round_ratios": [r["ratio"] for r in rounds[p.name]]} for p in pairs},
+        "machine": {
+            "cpu": machine.get("cpu", {}).get("brand_raw"),
+            "cores": machine.get("cpu", {}).get("count"),
+            "python": machine.get("python_version"),
+        },
+        "pairs": {
+            p.name: {
+                "ratio": ratios[p.name],
+                "method": p.method.key,
+                "baseline": p.baseline.key,
+                "round_ratios": [r["ratio"] for r in rounds[p.name]],
+            }
+            for p in pairs
+        },
     }
 
 
@@ -153,8 +178,9 @@ def main(argv: list[str] | None = None, pairs: Sequence[Pair] = PAIRS) -> int:
     try:
         bench = load_json(args.bench_json, "benchmark JSON", "run `nox -s bench` first")
         if args.write_reference:
-            Path(args.write_reference).write_text(json.dumps(reference_from(bench, pairs, args.command), indent=1)
-                                                  + "\n")
+            Path(args.write_reference).write_text(
+                json.dumps(reference_from(bench, pairs, args.command), indent=1) + "\n"
+            )
             print(f"wrote {args.write_reference}")
             return 0
         rows = compare(bench, load_json(args.reference, "reference", f"make it with `{REFRESH}`"), pairs)

@@ -47,8 +47,9 @@ def measure(config: Config, results: Path) -> dict:
     launch_s = time.perf_counter() - start
     rec = read_record(path)
     if rec["status"] != "complete":
-        raise RuntimeError(f"benchmark {config.key}: the run ended {rec['status']} ({rec.get('error')}); "
-                           f"its record is {path}")
+        raise RuntimeError(
+            f"benchmark {config.key}: the run ended {rec['status']} ({rec.get('error')}); its record is {path}"
+        )
     throughput, row = rec["throughput"], summary_row(rec)
     return {
         "config": config.key,
@@ -97,5 +98,9 @@ class PairMeter:
     def summary(self, pair: Pair) -> dict:
         """The pair's ratio over its rounds: their median, which one launch caught in a burst of load moves least."""
         rounds = self.rounds[pair.name]
-        return {"pair": pair.name, "ratio": statistics.median(r["ratio"] for r in rounds),
-                "tolerance": pair.tolerance, "rounds": rounds}
+        return {
+            "pair": pair.name,
+            "ratio": statistics.median(r["ratio"] for r in rounds),
+            "tolerance": pair.tolerance,
+            "rounds": rounds,
+        }

@@ -53,9 +53,20 @@ class Config:
 
     def run_config(self, results: Path) -> RunConfig:
         """The harness's config; the token budget assumes every rank is a data replica (ddp, fsdp, hsdp)."""
-        cfg = RunConfig(method=self.method, model=MODEL, nproc=self.nproc, ac=self.ac, precision=self.precision,
-                        meters=self.meters, results=str(results), micro_batch=MICRO_BATCH, seq_len=SEQ_LEN,
-                        clock_warmup=WARMUP, eval_every=self.steps + 1, reproduction="bench")
+        cfg = RunConfig(
+            method=self.method,
+            model=MODEL,
+            nproc=self.nproc,
+            ac=self.ac,
+            precision=self.precision,
+            meters=self.meters,
+            results=str(results),
+            micro_batch=MICRO_BATCH,
+            seq_len=SEQ_LEN,
+            clock_warmup=WARMUP,
+            eval_every=self.steps + 1,
+            reproduction="bench",
+        )
         apply_sets(cfg, [f"{k}={v}" for k, v in self.sets])
         cfg.tokens = self.steps * self.nproc * cfg.micro_batch * cfg.grad_accum * cfg.seq_len
         return cfg
@@ -89,8 +100,11 @@ PAIRS: list[Pair] = [
     Pair("hsdp/ddp", Config("hsdp", nproc=4), Config("ddp", nproc=4), tolerance=0.15),
     # SDP (reproductions/sdp): 2 of llama-tiny's 4 blocks per worker, against DDP at the same world size
     Pair("b-sdp/ddp", Config("b-sdp", sets=(("C", 0.5),)), DDP, tolerance=0.15, short=True),
-    Pair("b-sdp-dense/b-sdp", Config("b-sdp", sets=(("C", 0.5), ("aggregation", "dense"))),
-         Config("b-sdp", sets=(("C", 0.5),))),
+    Pair(
+        "b-sdp-dense/b-sdp",
+        Config("b-sdp", sets=(("C", 0.5), ("aggregation", "dense"))),
+        Config("b-sdp", sets=(("C", 0.5),)),
+    ),
 ]
 
 

@@ -165,9 +165,7 @@ def _per_seed(rows: pd.DataFrame, field_name: str) -> pd.Series:
     if field_name not in rows.columns:
         if field_name.startswith("evals."):
             return pd.Series(dtype=float)
-        raise ClaimsError(
-            f"metric field {field_name!r} is not a summary field; use one of {sorted(rows.columns)}"
-        )
+        raise ClaimsError(f"metric field {field_name!r} is not a summary field; use one of {sorted(rows.columns)}")
     if rows.empty:
         return pd.Series(dtype=float)
     values = pd.to_numeric(rows[field_name], errors="coerce")
@@ -199,9 +197,7 @@ def ratio(
 
 
 @metric("value")
-def value(
-    df: pd.DataFrame, field: str, method: str, variant: dict | None = None, model: str | None = None
-) -> Samples:
+def value(df: pd.DataFrame, field: str, method: str, variant: dict | None = None, model: str | None = None) -> Samples:
     """`field` of one arm, per seed."""
     rows = _arm(df, method, variant, model)
     return Samples(_finite(_per_seed(rows, field)), rows)
@@ -421,9 +417,7 @@ def _judge_quality(claim: Claim, samples: Samples) -> tuple[str, str, float | No
 
 
 def _hardware(rows: pd.DataFrame) -> str:
-    return ", ".join(
-        sorted({d if n == d else f"{d} ({n})" for d, n in zip(rows["device"], rows["device_name"])})
-    )
+    return ", ".join(sorted({d if n == d else f"{d} ({n})" for d, n in zip(rows["device"], rows["device_name"])}))
 
 
 def _scale(rows: pd.DataFrame) -> str:
@@ -447,9 +441,7 @@ def load_claims(path: str | Path) -> list[Claim]:
     claims = [_claim(entry, f"{path}: claims[{i}]") for i, entry in enumerate(entries)]
     ids = [c.id for c in claims]
     if len(set(ids)) != len(ids):
-        raise ClaimsError(
-            f"{path}: claim ids must be unique; repeated: {sorted({i for i in ids if ids.count(i) > 1})}"
-        )
+        raise ClaimsError(f"{path}: claim ids must be unique; repeated: {sorted({i for i in ids if ids.count(i) > 1})}")
     return claims
 
 
@@ -508,9 +500,7 @@ def _claim(entry: Any, where: str) -> Claim:
         raise ClaimsError(f"{where}.requires: {bad[0]!r} is not cuda, network or world_size>=N")
     what_would_test = need("what_would_test", str, "")
     if requires and not what_would_test.strip():
-        raise ClaimsError(
-            f"{where}.what_would_test: missing; a claim with requires must say what would test it"
-        )
+        raise ClaimsError(f"{where}.what_would_test: missing; a claim with requires must say what would test it")
     seeds_needed = need("seeds_needed", int, 3 if kind == "quality" else 1)
     if seeds_needed < (3 if kind == "quality" else 1):
         raise ClaimsError(
@@ -558,9 +548,7 @@ def _paper_value(entry: dict, kind: str, where: str) -> float | tuple[float, flo
 
 def _source(source: dict, where: str) -> Source:
     if unknown := sorted(set(source) - {"paper", "table", "version"}):
-        raise ClaimsError(
-            f"{where}.source.{unknown[0]}: unknown field; a source has paper, table (or figure), version"
-        )
+        raise ClaimsError(f"{where}.source.{unknown[0]}: unknown field; a source has paper, table (or figure), version")
     if not isinstance(source.get("paper"), str) or not source["paper"].strip():
         raise ClaimsError(f"{where}.source.paper: missing")
     return Source(source["paper"], _text(source.get("table")), _text(source.get("version")))
@@ -573,9 +561,7 @@ def _text(value: Any) -> str | None:
 def _metric(spec: dict, kind: str, where: str) -> dict[str, Any]:
     name = spec.get("name")
     if name not in METRICS:
-        raise ClaimsError(
-            f"{where}.metric.name: {name!r} is not a registered metric; use one of {sorted(METRICS)}"
-        )
+        raise ClaimsError(f"{where}.metric.name: {name!r} is not a registered metric; use one of {sorted(METRICS)}")
     if (kind == "quality") != (name == "quality"):
         raise ClaimsError(f"{where}.metric.name: a {kind} claim cannot use the {name!r} metric")
     args = {k: v for k, v in spec.items() if k != "name"}
@@ -592,7 +578,5 @@ def _metric(spec: dict, kind: str, where: str) -> dict[str, Any]:
         raise ClaimsError(f"{where}.metric.better: {args['better']!r} is not 'lower' or 'higher'")
     for key in ("variant", "baseline_variant"):
         if key in args and not isinstance(args[key], dict):
-            raise ClaimsError(
-                f"{where}.metric.{key}: expected a mapping of variant fields, found {args[key]!r}"
-            )
+            raise ClaimsError(f"{where}.metric.{key}: expected a mapping of variant fields, found {args[key]!r}")
     return dict(spec)

@@ -44,16 +44,38 @@ def _run_parser(sub) -> None:
     p.add_argument("--no-meters", dest="meters", action="store_false", help="turn the meters off")
     p.add_argument("--evals", default="", help="lm-eval tasks on the final model: local (heldout_next) or hub names")
     p.add_argument("--checkpoint", help="save the final full model here (for `python -m suite evaluate`)")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                   help="a config field (lr, micro_batch, seq_len, ...) or a method parameter")
+    p.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config field (lr, micro_batch, seq_len, ...) or a method parameter",
+    )
 
 
 def config_from_args(args: argparse.Namespace, argv: list[str]) -> RunConfig:
-    cfg = RunConfig(method=args.method, model=args.model, nproc=args.nproc, device=args.device,
-                    tokens=args.tokens, flops=args.flops, time_s=args.time_s, target=args.target,
-                    max_tokens=args.max_tokens, seed=args.seed, results=args.results, ac=args.ac,
-                    precision=args.precision, optimizer=args.optimizer, data=args.data,
-                    data_root=args.data_root, meters=args.meters, evals=args.evals, checkpoint=args.checkpoint)
+    cfg = RunConfig(
+        method=args.method,
+        model=args.model,
+        nproc=args.nproc,
+        device=args.device,
+        tokens=args.tokens,
+        flops=args.flops,
+        time_s=args.time_s,
+        target=args.target,
+        max_tokens=args.max_tokens,
+        seed=args.seed,
+        results=args.results,
+        ac=args.ac,
+        precision=args.precision,
+        optimizer=args.optimizer,
+        data=args.data,
+        data_root=args.data_root,
+        meters=args.meters,
+        evals=args.evals,
+        checkpoint=args.checkpoint,
+    )
     cfg.command = shlex.join(["python", "-m", "suite", *argv])
     try:
         return apply_sets(cfg, args.sets)
@@ -99,8 +121,10 @@ def _check_data(name: str, root: str | None) -> None:
     if name not in data.NAMES:
         raise ValueError(f"unknown data set {name!r}; choose one of: {', '.join(data.NAMES)}")
     if root is not None and not Path(root).exists():
-        raise FileNotFoundError(f"no data at --data-root {root!r}; download it first (see README, Data) "
-                                f"or drop --data-root to use the embedded default")
+        raise FileNotFoundError(
+            f"no data at --data-root {root!r}; download it first (see README, Data) "
+            f"or drop --data-root to use the embedded default"
+        )
 
 
 def _check_writable(folder: Path) -> None:
@@ -109,8 +133,9 @@ def _check_writable(folder: Path) -> None:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-check-"):
             pass
     except OSError as err:
-        raise UsageError(f"cannot write run records to {str(folder)!r} ({err.strerror}); "
-                         f"choose a writable folder with --results DIR") from None
+        raise UsageError(
+            f"cannot write run records to {str(folder)!r} ({err.strerror}); choose a writable folder with --results DIR"
+        ) from None
 
 
 def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
@@ -177,24 +202,38 @@ def _default_preset() -> str:
 
 
 def _estimate_parser(sub) -> None:
-    p = sub.add_parser("estimate", help="memory, FLOPs and bytes at any world size on fake tensors; "
-                                        "prints the record's path last")
+    p = sub.add_parser(
+        "estimate", help="memory, FLOPs and bytes at any world size on fake tensors; prints the record's path last"
+    )
     p.add_argument("method", help="any registered method (ddp, fsdp, hsdp, b-sdp, ...)")
     p.add_argument("--model", default=RunConfig.model)
     p.add_argument("--world-size", type=int, default=8, help="ranks to estimate")
     p.add_argument("--gpus-per-node", type=int, default=8, help="node size: group tiers, hsdp's default shard")
-    p.add_argument("--ranks", choices=("auto", "all"), default="auto",
-                   help="auto: rank 0 stands for all when sampled ranks match it; all: every rank")
+    p.add_argument(
+        "--ranks",
+        choices=("auto", "all"),
+        default="auto",
+        help="auto: rank 0 stands for all when sampled ranks match it; all: every rank",
+    )
     p.add_argument("--seed", type=int, default=RunConfig.seed)
     p.add_argument("--results", default="results/estimates")
     p.add_argument("--ac", action="store_true", help="activation checkpointing of every block")
     p.add_argument("--precision", default=RunConfig.precision, help="fp32 or bf16")
     p.add_argument("--optimizer", default=RunConfig.optimizer)
     p.add_argument("--data", help="data set (default: the model's embedded one)")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                   help="a config field (micro_batch, seq_len, ...) or a method parameter")
-    p.add_argument("--measure", action="store_true",
-                   help="also run the same steps for real on --world-size local workers and print both")
+    p.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config field (micro_batch, seq_len, ...) or a method parameter",
+    )
+    p.add_argument(
+        "--measure",
+        action="store_true",
+        help="also run the same steps for real on --world-size local workers and print both",
+    )
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="device of the --measure run")
 
 
@@ -204,16 +243,27 @@ def cmd_estimate(args: argparse.Namespace, argv: list[str]) -> int:
     from suite.estimate.record import format_estimate
     from suite.records import write_record
 
-    cfg = RunConfig(method=args.method, model=args.model, nproc=args.world_size, seed=args.seed,
-                    results=args.results, ac=args.ac, precision=args.precision, optimizer=args.optimizer,
-                    data=args.data, tokens=1.0, command=shlex.join(["python", "-m", "suite", *argv]))
+    cfg = RunConfig(
+        method=args.method,
+        model=args.model,
+        nproc=args.world_size,
+        seed=args.seed,
+        results=args.results,
+        ac=args.ac,
+        precision=args.precision,
+        optimizer=args.optimizer,
+        data=args.data,
+        tokens=1.0,
+        command=shlex.join(["python", "-m", "suite", *argv]),
+    )
     try:
         apply_sets(cfg, args.sets)
     except ValueError as err:
         raise UsageError(str(err)) from None
     if args.world_size < 1 or args.gpus_per_node < 1:
-        raise UsageError(f"--world-size and --gpus-per-node must be at least 1, got {args.world_size} and "
-                         f"{args.gpus_per_node}")
+        raise UsageError(
+            f"--world-size and --gpus-per-node must be at least 1, got {args.world_size} and {args.gpus_per_node}"
+        )
     check_config(cfg)
     if args.measure:
         check_config(dataclasses.replace(cfg, device=args.device))
@@ -234,11 +284,18 @@ def _simulate_parser(sub) -> None:
     p = sub.add_parser("simulate", help="project a record's ledger onto a cluster topology (labelled simulated)")
     p.add_argument("record", help="a run record (measured or estimated)")
     p.add_argument("--topology", required=True, choices=sorted(PRESETS))
-    p.add_argument("--overlap", type=float, default=0.0,
-                   help="fraction of min(compute, communication) hidden behind the other (0 none, 1 perfect)")
+    p.add_argument(
+        "--overlap",
+        type=float,
+        default=0.0,
+        help="fraction of min(compute, communication) hidden behind the other (0 none, 1 perfect)",
+    )
     p.add_argument("--mfu", type=float, default=0.4, help="compute = busiest rank's FLOPs / (peak x MFU)")
-    p.add_argument("--compute-s", type=float, help="measured compute seconds per step on the target GPU "
-                                                   "(instead of FLOPs / (peak x MFU))")
+    p.add_argument(
+        "--compute-s",
+        type=float,
+        help="measured compute seconds per step on the target GPU (instead of FLOPs / (peak x MFU))",
+    )
     p.add_argument("--algorithm", choices=ALGORITHMS, default="auto")
     p.add_argument("--write", metavar="DIR", help="also write the simulated record into DIR; prints its path last")
 
@@ -272,8 +329,9 @@ def parser() -> argparse.ArgumentParser:
     _run_parser(sub)
     rep = sub.add_parser("reproduce", help="run a reproduction's plan, print its table, write its report")
     rep.add_argument("name", help="baselines (more as reproductions land)")
-    rep.add_argument("--preset", choices=("smoke", "gpu", "paper"),
-                     help="default: gpu where CUDA is available, smoke elsewhere")
+    rep.add_argument(
+        "--preset", choices=("smoke", "gpu", "paper"), help="default: gpu where CUDA is available, smoke elsewhere"
+    )
     rep.add_argument("--results", help="folder for the run records (default results/runs/NAME-PRESET)")
     rep.add_argument("--report", help="folder for the HTML report (default reports/NAME)")
     add_evaluate_command(sub)
@@ -291,8 +349,14 @@ def cmd_evaluate(args: argparse.Namespace, argv: list[str]) -> int:
     return evaluate(args, argv)
 
 
-COMMANDS = {"run": cmd_run, "reproduce": cmd_reproduce, "report": cmd_report, "evaluate": cmd_evaluate,
-            "estimate": cmd_estimate, "simulate": cmd_simulate}
+COMMANDS = {
+    "run": cmd_run,
+    "reproduce": cmd_reproduce,
+    "report": cmd_report,
+    "evaluate": cmd_evaluate,
+    "estimate": cmd_estimate,
+    "simulate": cmd_simulate,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

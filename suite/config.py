@@ -114,14 +114,39 @@ def apply_sets(cfg: RunConfig, pairs: list[str]) -> RunConfig:
 
 
 # RunConfig fields that `python -m suite run` takes as flags of their own; every other field is `--set`
-_FLAGS = {"model": "--model", "nproc": "--nproc", "device": "--device", "tokens": "--tokens", "flops": "--flops",
-          "time_s": "--time", "target": "--target", "max_tokens": "--max-tokens", "seed": "--seed",
-          "ac": "--ac", "precision": "--precision", "optimizer": "--optimizer", "data": "--data",
-          "data_root": "--data-root", "meters": "--no-meters", "evals": "--evals", "checkpoint": "--checkpoint"}
+_FLAGS = {
+    "model": "--model",
+    "nproc": "--nproc",
+    "device": "--device",
+    "tokens": "--tokens",
+    "flops": "--flops",
+    "time_s": "--time",
+    "target": "--target",
+    "max_tokens": "--max-tokens",
+    "seed": "--seed",
+    "ac": "--ac",
+    "precision": "--precision",
+    "optimizer": "--optimizer",
+    "data": "--data",
+    "data_root": "--data-root",
+    "meters": "--no-meters",
+    "evals": "--evals",
+    "checkpoint": "--checkpoint",
+}
 _NOT_SETTINGS = ("method", "results", "variant", "run_id", "command")
 # an estimate runs a fixed number of steps on fake tensors: no budget, device, meters switch or evaluation
-_NOT_ESTIMATE = ("device", "tokens", "flops", "time_s", "target", "max_tokens", "meters", "evals", "checkpoint",
-                 "data_root")
+_NOT_ESTIMATE = (
+    "device",
+    "tokens",
+    "flops",
+    "time_s",
+    "target",
+    "max_tokens",
+    "meters",
+    "evals",
+    "checkpoint",
+    "data_root",
+)
 
 
 def _flag_value(value: object) -> str:

@@ -35,9 +35,16 @@ def launch(cfg: RunConfig) -> Path:
     with tempfile.TemporaryDirectory(prefix="suite-launch-") as tmp:
         spec = Path(tmp) / "run.json"
         spec.write_text(cfg.to_json())
-        config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=cfg.nproc, run_id=cfg.run_id,
-                              rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0,
-                              monitor_interval=0.1)
+        config = LaunchConfig(
+            min_nodes=1,
+            max_nodes=1,
+            nproc_per_node=cfg.nproc,
+            run_id=cfg.run_id,
+            rdzv_backend="c10d",
+            rdzv_endpoint="localhost:0",
+            max_restarts=0,
+            monitor_interval=0.1,
+        )
         os.environ.update(WORKER_ENV)
         # torchrun's command line sets this; its API does not, and oversubscribed threads cost 5-10x here
         os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // cfg.nproc)))

@@ -56,18 +56,25 @@ class Protocol:
 
     def describe(self, p: Progress) -> dict:
         budget = self.budget if self.kind != "target" else None
-        return {"kind": self.kind, "budget": budget, "target": self.target, "reached": self.reached(p),
-                "token_cap": self.budget if self.kind == "target" else None}
+        return {
+            "kind": self.kind,
+            "budget": budget,
+            "target": self.target,
+            "reached": self.reached(p),
+            "token_cap": self.budget if self.kind == "target" else None,
+        }
 
 
-def from_args(tokens: float | None, flops: float | None, time_s: float | None, target: float | None,
-              max_tokens: float | None) -> Protocol:
+def from_args(
+    tokens: float | None, flops: float | None, time_s: float | None, target: float | None, max_tokens: float | None
+) -> Protocol:
     """The one protocol the command line asked for; exactly one budget must be given."""
-    given = {k: v for k, v in (("tokens", tokens), ("flops", flops), ("time", time_s), ("target", target))
-             if v is not None}
+    given = {
+        k: v for k, v in (("tokens", tokens), ("flops", flops), ("time", time_s), ("target", target)) if v is not None
+    }
     if len(given) != 1:
         raise ValueError("give exactly one budget: --tokens N, --flops F, --time SECONDS or --target LOSS")
-    (kind, value), = given.items()
+    ((kind, value),) = given.items()
     if kind == "target":
         return Protocol("target", max_tokens or 0, target=value)
     return Protocol(kind, value)

@@ -22,8 +22,9 @@ def new_run_id(cfg: RunConfig) -> str:
 
 def git_sha() -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).resolve().parent)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).resolve().parent
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
@@ -41,8 +42,7 @@ def device_name(device: torch.device) -> str:
     return platform.processor() or "cpu"
 
 
-def new_record(cfg: RunConfig, world_size: int, device: torch.device, backend: str,
-               peak_flops: float | None) -> dict:
+def new_record(cfg: RunConfig, world_size: int, device: torch.device, backend: str, peak_flops: float | None) -> dict:
     """A record with every required field, status `incomplete` until the loop fills and closes it."""
     return {
         "schema": SCHEMA_VERSION,
@@ -57,8 +57,14 @@ def new_record(cfg: RunConfig, world_size: int, device: torch.device, backend: s
         "baseline": True,
         "model": {"name": cfg.model, "params": 0, "config": {}},
         "data": {"name": cfg.data or "", "source": ""},
-        "parallel": {"world_size": world_size, "strategy": cfg.method, "mesh": None,
-                     "global_batch_tokens": 0, "micro_batch": cfg.micro_batch, "grad_accum": cfg.grad_accum},
+        "parallel": {
+            "world_size": world_size,
+            "strategy": cfg.method,
+            "mesh": None,
+            "global_batch_tokens": 0,
+            "micro_batch": cfg.micro_batch,
+            "grad_accum": cfg.grad_accum,
+        },
         "protocol": {"kind": "tokens", "budget": None, "target": None, "reached": None},
         "totals": {"steps": 0, "tokens": 0, "flops": 0, "wall_s": 0.0},
         "curve": [],
@@ -66,10 +72,18 @@ def new_record(cfg: RunConfig, world_size: int, device: torch.device, backend: s
         "comm": {"method": "", "steps": 0, "per_rank": []},
         "throughput": {"tokens_per_s": None, "samples_per_s": None, "mfu": None},
         "evals": {},
-        "env": {"torch": torch.__version__, "device": device.type, "device_name": device_name(device),
-                "backend": backend, "world_size": world_size, "git_sha": git_sha(), "seed": cfg.seed,
-                "peak_flops": peak_flops, "hostname": socket.gethostname(),
-                "threads": torch.get_num_threads()},
+        "env": {
+            "torch": torch.__version__,
+            "device": device.type,
+            "device_name": device_name(device),
+            "backend": backend,
+            "world_size": world_size,
+            "git_sha": git_sha(),
+            "seed": cfg.seed,
+            "peak_flops": peak_flops,
+            "hostname": socket.gethostname(),
+            "threads": torch.get_num_threads(),
+        },
         "settings": {k: v for k, v in vars(cfg).items() if k not in ("variant", "command", "run_id")},
         "provenance": "measured",
     }

@@ -123,8 +123,9 @@ def summary_row(rec: dict) -> dict[str, Any]:
         "wall_s": rec["totals"]["wall_s"],
         "tokens_per_s": rec["throughput"]["tokens_per_s"],
         "peak_bytes_max": max((m["peak_bytes"] for m in mem), default=None),
-        "state_bytes_max": max((m.get("state_bytes", m["params"] + m["grads"] + m["optimizer"]) for m in mem),
-                               default=None),
+        "state_bytes_max": max(
+            (m.get("state_bytes", m["params"] + m["grads"] + m["optimizer"]) for m in mem), default=None
+        ),
         "comm_bytes_per_rank_step": comm_bytes / n_ranks / comm_steps if comm_steps else None,
         "final_train_loss": last.get("train_loss"),
         "final_val_loss": next((p["val_loss"] for p in reversed(rec["curve"]) if p["val_loss"] is not None), None),

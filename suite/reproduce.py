@@ -40,8 +40,11 @@ def run_estimate(est: Estimate, results: Path, progress: str) -> list[dict]:
     print(path, file=sys.stderr, flush=True)
     out = [record]
     for name in est.topologies:
-        sim = simulated_record(record, project(record, get_topology(name), mfu=est.mfu),
-                               f"python -m suite simulate {path} --topology {name} --mfu {est.mfu} --write {results}")
+        sim = simulated_record(
+            record,
+            project(record, get_topology(name), mfu=est.mfu),
+            f"python -m suite simulate {path} --topology {name} --mfu {est.mfu} --write {results}",
+        )
         print(write_record(sim, results / f"{sim['run_id']}.json"), file=sys.stderr, flush=True)
         out.append(sim)
     return out
@@ -50,16 +53,19 @@ def run_estimate(est: Estimate, results: Path, progress: str) -> list[dict]:
 def _label(rec: dict) -> str:
     """method, its parameters and its composition options: `b-sdp C=0.5+ac`."""
     v = dict(rec["variant"])
-    extras = [x for x, on in (("ac", v.pop("ac", False)), (v.get("precision"), v.pop("precision", "fp32") != "fp32"))
-              if on]
+    extras = [
+        x for x, on in (("ac", v.pop("ac", False)), (v.get("precision"), v.pop("precision", "fp32") != "fp32")) if on
+    ]
     params = " ".join(f"{k}={val}" for k, val in sorted(v.items()))
     return "+".join([" ".join(filter(None, [rec["method"], params])), *extras])
 
 
 def table(records: list[dict]) -> str:
     """tokens/s, peak memory per rank, bytes per step per rank and final loss, one row per run."""
-    header = f"{'run':<36} {'workers':>7} {'tokens/s':>9} {'peak MB/rank':>12} {'state MB/rank':>13} " \
-             f"{'comm MB/step/rank':>17} {'final val loss':>14} {'status':>9}"
+    header = (
+        f"{'run':<36} {'workers':>7} {'tokens/s':>9} {'peak MB/rank':>12} {'state MB/rank':>13} "
+        f"{'comm MB/step/rank':>17} {'final val loss':>14} {'status':>9}"
+    )
     lines = [header, "-" * len(header)]
     for rec in records:
         row = summary_row(rec)
@@ -67,8 +73,10 @@ def table(records: list[dict]) -> str:
         def fmt(value, scale=1.0, spec=".1f"):
             return "-" if value is None else format(value / scale, spec)
 
-        lines.append(f"{_label(rec):<36} {row['world_size']:>7} {fmt(row['tokens_per_s'], spec=',.0f'):>9} "
-                     f"{fmt(row['peak_bytes_max'], MB):>12} {fmt(row['state_bytes_max'], MB):>13} "
-                     f"{fmt(row['comm_bytes_per_rank_step'], MB, '.2f'):>17} "
-                     f"{fmt(row['final_val_loss'], spec='.4f'):>14} {rec['status']:>9}")
+        lines.append(
+            f"{_label(rec):<36} {row['world_size']:>7} {fmt(row['tokens_per_s'], spec=',.0f'):>9} "
+            f"{fmt(row['peak_bytes_max'], MB):>12} {fmt(row['state_bytes_max'], MB):>13} "
+            f"{fmt(row['comm_bytes_per_rank_step'], MB, '.2f'):>17} "
+            f"{fmt(row['final_val_loss'], spec='.4f'):>14} {rec['status']:>9}"
+        )
     return "\n".join(lines)

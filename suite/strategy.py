@@ -65,8 +65,10 @@ class Strategy(ABC):
         unknown = sorted(set(given) - set(self.params))
         if unknown:
             valid = ", ".join(sorted(self.params)) or "none"
-            raise ValueError(f"method {self.name} has no parameter {unknown[0]!r} (its parameters: {valid}); "
-                             f"config fields are listed by `python -m suite run --help`")
+            raise ValueError(
+                f"method {self.name} has no parameter {unknown[0]!r} (its parameters: {valid}); "
+                f"config fields are listed by `python -m suite run --help`"
+            )
         return {k: self.params[k](v) for k, v in given.items()}
 
     def check(self, world_size: int) -> None:

@@ -143,16 +143,29 @@ class Worker:
         rec["baseline"] = self.strategy.baseline
         # composition options are part of the arm: ddp and ddp+ac are different arms of a comparison
         rec["variant"] = {**self.strategy.variant, "ac": cfg.ac, "precision": cfg.precision}
-        rec["model"] = {"name": cfg.model, "params": full_params[0] if full_params else 0,
-                        "config": models.model_config(cfg.model, **overrides)}
-        rec["data"] = {**self.data.describe(), "name": data_name, "source": self.data.source,
-                       "seed": cfg.seed, "sampling": "global batch drawn from (seed, step); replica r reads rows "
-                       "[m*R*mb + r*mb, +mb) of micro-step m"}
+        rec["model"] = {
+            "name": cfg.model,
+            "params": full_params[0] if full_params else 0,
+            "config": models.model_config(cfg.model, **overrides),
+        }
+        rec["data"] = {
+            **self.data.describe(),
+            "name": data_name,
+            "source": self.data.source,
+            "seed": cfg.seed,
+            "sampling": "global batch drawn from (seed, step); replica r reads rows "
+            "[m*R*mb + r*mb, +mb) of micro-step m",
+        }
         rec["parallel"].update(self.strategy.describe(self.ctx))
-        rec["parallel"].update({
-            "global_batch_tokens": self.step_tokens, "global_batch_sequences": self.global_rows,
-            "data_replicas": self.replicas, "groups": self.ctx.groups,
-            "optimizer_groups": {k: len(v) for k, v in param_groups(self.model).items()}})
+        rec["parallel"].update(
+            {
+                "global_batch_tokens": self.step_tokens,
+                "global_batch_sequences": self.global_rows,
+                "data_replicas": self.replicas,
+                "groups": self.ctx.groups,
+                "optimizer_groups": {k: len(v) for k, v in param_groups(self.model).items()},
+            }
+        )
         rec["protocol"] = self.protocol.describe(Progress(0, 0, 0.0, 0.0, None))
         rec["totals"]["hardware_flops"] = 0
 
@@ -235,8 +248,11 @@ class Worker:
         """The meters `on` asks for around one step (ledger, FLOP counter, memory tracker); yields the memory
         meter, or None. A meter not asked for is not entered, so unmetered steps cost nothing extra."""
         mem_meter = MemoryMeter(self._plain_model(), self.optimizer, self.device) if on.memory else None
-        with self.ledger if on.comm else nullcontext(), flop_meter if on.flops else nullcontext(), \
-                (mem_meter.measure() if mem_meter else nullcontext()):
+        with (
+            self.ledger if on.comm else nullcontext(),
+            flop_meter if on.flops else nullcontext(),
+            mem_meter.measure() if mem_meter else nullcontext(),
+        ):
             yield mem_meter
 
     def _final_evals(self) -> None:
@@ -270,16 +286,28 @@ class Worker:
         return t[0].item(), t[1].item()
 
     def _log(self, p: Progress, train_loss: float, clock: StepClock) -> None:
-        self.record["curve"].append({"step": p.step, "tokens": p.tokens, "flops": p.flops, "wall_s": p.wall_s,
-                                     "train_loss": train_loss, "val_loss": p.val_loss})
+        self.record["curve"].append(
+            {
+                "step": p.step,
+                "tokens": p.tokens,
+                "flops": p.flops,
+                "wall_s": p.wall_s,
+                "train_loss": train_loss,
+                "val_loss": p.val_loss,
+            }
+        )
         if self.rank != 0:
             return
         tps = clock.tokens_per_s()
         frac = self.protocol.fraction(p)
         eta = p.wall_s / frac - p.wall_s if frac > 0 and self.protocol.kind != "target" else float("nan")
         unit = self.task.unit
-        parts = [f"step {p.step}", f"{self.protocol.kind} {100 * frac:5.1f}%", f"{unit} {p.tokens:,}",
-                 f"loss {train_loss:.4f}"]
+        parts = [
+            f"step {p.step}",
+            f"{self.protocol.kind} {100 * frac:5.1f}%",
+            f"{unit} {p.tokens:,}",
+            f"loss {train_loss:.4f}",
+        ]
         if p.val_loss is not None:
             parts.append(f"val {p.val_loss:.4f}")
         if tps:
@@ -293,22 +321,40 @@ class Worker:
         dist.all_gather_object(out, obj, group=self.control)
         return out
 
-    def _close(self, p: Progress, clock: StepClock, flops_per_step: float, hw_flops_per_step: float,
-               memory: dict | None, comm_steps: int) -> None:
+    def _close(
+        self,
+        p: Progress,
+        clock: StepClock,
+        flops_per_step: float,
+        hw_flops_per_step: float,
+        memory: dict | None,
+        comm_steps: int,
+    ) -> None:
         cfg, rec = self.cfg, self.record
         memories = self._gather(memory)
         ledgers = self._gather(self.ledger.ops())
-        rec["totals"] = {"steps": p.step, "tokens": p.tokens, "flops": p.step * flops_per_step,
-                         "hardware_flops": p.step * hw_flops_per_step, "wall_s": clock.elapsed}
+        rec["totals"] = {
+            "steps": p.step,
+            "tokens": p.tokens,
+            "flops": p.step * flops_per_step,
+            "hardware_flops": p.step * hw_flops_per_step,
+            "wall_s": clock.elapsed,
+        }
         rec["protocol"] = self.protocol.describe(p)
         unmeasured = "not measured: " + (f"the run ended before step {cfg.mem_step}" if cfg.meters else "meters off")
-        rec["memory"] = {"method": memories[0]["method"] if memories[0] else unmeasured,
-                         "per_rank": [{"rank": r, **{k: v for k, v in m.items() if k != "method"}}
-                                      for r, m in enumerate(memories) if m]}
+        rec["memory"] = {
+            "method": memories[0]["method"] if memories[0] else unmeasured,
+            "per_rank": [
+                {"rank": r, **{k: v for k, v in m.items() if k != "method"}} for r, m in enumerate(memories) if m
+            ],
+        }
         window = comm_window(cfg, self.strategy.comm_period)
-        rec["comm"] = {"method": f"{COMM_METHOD}; counted on steps {window.start}-{window.stop - 1} "
-                                 f"(one period of the method's pattern), off the clock", "steps": comm_steps,
-                       "per_rank": [{"rank": r, "ops": ops} for r, ops in enumerate(ledgers)]}
+        rec["comm"] = {
+            "method": f"{COMM_METHOD}; counted on steps {window.start}-{window.stop - 1} "
+            f"(one period of the method's pattern), off the clock",
+            "steps": comm_steps,
+            "per_rank": [{"rank": r, "ops": ops} for r, ops in enumerate(ledgers)],
+        }
         tps = clock.tokens_per_s()
         peak = rec["env"]["peak_flops"]
         rec["throughput"] = {
@@ -317,11 +363,14 @@ class Worker:
             "step_s": clock.step_s(),
             "step_s_median": clock.median_step_s(),
             "timed_steps": clock.timed_steps,
-            "mfu": (flops_per_step / clock.step_s()) / (peak * self.world) if peak and clock.step_s() and
-            flops_per_step else None,
+            "mfu": (flops_per_step / clock.step_s()) / (peak * self.world)
+            if peak and clock.step_s() and flops_per_step
+            else None,
         }
-        rec["flops_method"] = (f"FlopCounterMode on step {cfg.flop_step} of every rank, summed over ranks; "
-                               "every step has the same shapes, so totals = steps x that count")
+        rec["flops_method"] = (
+            f"FlopCounterMode on step {cfg.flop_step} of every rank, summed over ranks; "
+            "every step has the same shapes, so totals = steps x that count"
+        )
         rec["status"] = "complete"
         self._write()
 

@@ -31,8 +31,12 @@ def bench_json(tokens_per_s: dict[str, float], pairs: list[Pair] = TOY) -> dict:
     for p in pairs:
         if p.method.key in tokens_per_s and p.baseline.key in tokens_per_s:
             ratio = tokens_per_s[p.method.key] / tokens_per_s[p.baseline.key]
-            entries.append({"name": f"test_throughput[{p.name}]",
-                            "extra_info": {"pair": p.name, "ratio": ratio, "rounds": [{"ratio": ratio}]}})
+            entries.append(
+                {
+                    "name": f"test_throughput[{p.name}]",
+                    "extra_info": {"pair": p.name, "ratio": ratio, "rounds": [{"ratio": ratio}]},
+                }
+            )
     return {"bench_pairs": [p.name for p in pairs], "datetime": "2026-01-01T00:00:00", "benchmarks": entries}
 
 
@@ -62,8 +66,12 @@ def test_pair_meter_takes_ratios_from_adjacent_launches_and_reuses_the_last_one(
     monkeypatch.setattr("benchmarks.measure.measure", launches)
     clock = RecordClock()
     meter = PairMeter(tmp_path, clock)
-    pairs = [Pair("meters", BASE, nometers), Pair("fsdp/ddp", FAST, BASE), Pair("ac/ddp", SLOW, BASE),
-             Pair("ac/nometers", SLOW, nometers)]
+    pairs = [
+        Pair("meters", BASE, nometers),
+        Pair("fsdp/ddp", FAST, BASE),
+        Pair("ac/ddp", SLOW, BASE),
+        Pair("ac/nometers", SLOW, nometers),
+    ]
     ratios = {p.name: meter(p)["ratio"] for p in pairs}
     assert ratios == {"meters": 2000 / 2100, "fsdp/ddp": 0.75, "ac/ddp": 0.25, "ac/nometers": 500 / 2100}
     assert launches.order == [nometers.key, BASE.key, FAST.key, BASE.key, SLOW.key, nometers.key]
@@ -107,8 +115,11 @@ def test_only_ratios_matter_not_machine_speed():
 @given(base=st.floats(100, 1e5), ratio=st.floats(0.05, 3), ref=st.floats(0.05, 3), tol=st.floats(0.01, 0.5))
 def test_verdict_follows_the_change_against_the_tolerance(base, ratio, ref, tol):
     pair = Pair("m/b", FAST, BASE, tolerance=tol)
-    rows = gate.compare(bench_json({BASE.key: base, FAST.key: base * ratio}, [pair]),
-                        {"pairs": {"m/b": {"ratio": ref, "method": FAST.key, "baseline": BASE.key}}}, [pair])
+    rows = gate.compare(
+        bench_json({BASE.key: base, FAST.key: base * ratio}, [pair]),
+        {"pairs": {"m/b": {"ratio": ref, "method": FAST.key, "baseline": BASE.key}}},
+        [pair],
+    )
     change = (base * ratio / base) / ref - 1
     expected = gate.REGRESSED if change < -tol else gate.FASTER if change > tol else gate.OK
     assert rows[0].verdict == expected
@@ -144,8 +155,13 @@ def test_command_line_prints_the_table_and_exits_1_on_a_regression(tmp_path, cap
     assert gate.main([bad, "--reference", ref], TOY) == 1
     table = capsys.readouterr().out.splitlines()
     assert table[0].split() == ["pair", "reference", "measured", "change", "tolerance", "verdict"]
-    assert next(line for line in table[::-1] if line.startswith("fsdp/ddp")).split()[1:] == \
-        ["0.900", "0.700", "-22.2%", "10%", "REGRESSED"]
+    assert next(line for line in table[::-1] if line.startswith("fsdp/ddp")).split()[1:] == [
+        "0.900",
+        "0.700",
+        "-22.2%",
+        "10%",
+        "REGRESSED",
+    ]
 
 
 def test_command_line_writes_a_reference_the_gate_then_passes(tmp_path):
@@ -156,8 +172,14 @@ def test_command_line_writes_a_reference_the_gate_then_passes(tmp_path):
     assert gate.main([run, "--reference", str(ref)], TOY) == 0
 
 
-@pytest.mark.parametrize("content, message", [(None, "run `nox -s bench` first"), ("{", "not valid JSON"),
-                                               ({"benchmarks": []}, "not a throughput benchmark JSON")])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "run `nox -s bench` first"),
+        ("{", "not valid JSON"),
+        ({"benchmarks": []}, "not a throughput benchmark JSON"),
+    ],
+)
 def test_bad_input_is_one_line_naming_the_fix(tmp_path, capsys, content, message):
     path = tmp_path / "run.json"
     if content is not None:
@@ -179,8 +201,9 @@ def test_registry_pairs_are_distinct_valid_and_budgeted_in_steps(tmp_path):
 
 def test_committed_reference_covers_every_pair_with_its_settings():
     reference = json.loads((ROOT / "results" / "bench" / "reference.json").read_text())
-    assert {name: (e["method"], e["baseline"]) for name, e in reference["pairs"].items()} == \
-        {p.name: (p.method.key, p.baseline.key) for p in PAIRS}
+    assert {name: (e["method"], e["baseline"]) for name, e in reference["pairs"].items()} == {
+        p.name: (p.method.key, p.baseline.key) for p in PAIRS
+    }
 
 
 @pytest.mark.slow
@@ -191,15 +214,19 @@ def test_gate_reports_a_method_slowed_on_purpose(tmp_path, monkeypatch, capsys):
         monkeypatch.delenv(name, raising=False)
     sleep_s = 1.0  # per step: the ratio falls below 0.75 unless a step takes over 3 s
     tiny = (("micro_batch", 2), ("eval_batches", 1))
-    pair = Pair("ddp-slow/ddp", Config("ddp-slow", meters=False, sets=(*tiny, ("sleep_s", sleep_s)), steps=4),
-                Config("ddp", meters=False, sets=tiny, steps=4))
+    pair = Pair(
+        "ddp-slow/ddp",
+        Config("ddp-slow", meters=False, sets=(*tiny, ("sleep_s", sleep_s)), steps=4),
+        Config("ddp", meters=False, sets=tiny, steps=4),
+    )
     meter = PairMeter(tmp_path, RecordClock())
     assert meter(pair)["method"]["step_s"] >= sleep_s
     # ddp-slow without its sleep is ddp itself, so the ratio it must keep is 1
     reference = {"pairs": {pair.name: {"ratio": 1.0, "method": pair.method.key, "baseline": pair.baseline.key}}}
     run = {"bench_pairs": [pair.name], "benchmarks": [{"extra_info": meter.summary(pair)}]}
-    code = gate.main([write(tmp_path / "run.json", run), "--reference", write(tmp_path / "ref.json", reference)],
-                     [pair])
+    code = gate.main(
+        [write(tmp_path / "run.json", run), "--reference", write(tmp_path / "ref.json", reference)], [pair]
+    )
     out = capsys.readouterr().out
     assert code == 1, out
     assert next(line for line in out.splitlines() if line.startswith(pair.name)).endswith(gate.REGRESSED)

@@ -70,10 +70,7 @@ def test_load_claims_reads_every_field(tmp_path):
         "variant": {"C": 0.5},
     }
     assert quality.paper_value == "2.437 vs 2.452" and quality.seeds_needed == 3 and quality.tolerance == 0.0
-    assert (
-        inter_node.requires == ("cuda", "network", "world_size>=8")
-        and "2 nodes" in inter_node.what_would_test
-    )
+    assert inter_node.requires == ("cuda", "network", "world_size>=8") and "2 nodes" in inter_node.what_would_test
 
 
 def test_paper_value_range_is_kept(tmp_path):
@@ -120,9 +117,7 @@ def test_quality_claim_needs_three_seeds_and_a_direction():
     with pytest.raises(ValueError, match=r"seeds_needed: 2 is too few"):
         quality_claim(seeds_needed=2)
     with pytest.raises(ValueError, match=r"metric.better: 'smaller'"):
-        quality_claim(
-            metric={"name": "quality", "field": "f", "method": "a", "baseline": "b", "better": "smaller"}
-        )
+        quality_claim(metric={"name": "quality", "field": "f", "method": "a", "baseline": "b", "better": "smaller"})
 
 
 def test_bad_files_give_one_line_errors(tmp_path):
@@ -205,9 +200,7 @@ def test_quality_claim_uses_one_sided_welch_tests():
     noisy = _quality_verdict("lower", [2.0, 2.4, 2.2], [2.1, 2.3, 2.25])
     assert noisy.verdict == "inconclusive" and "noise too large" in noisy.reason
     # A margin turns "better than" into "no worse than by more than the margin".
-    assert (
-        _quality_verdict("lower", [2.05, 2.06, 2.04], [2.00, 2.01, 2.02], margin=0.2).verdict == "reproduced"
-    )
+    assert _quality_verdict("lower", [2.05, 2.06, 2.04], [2.00, 2.01, 2.02], margin=0.2).verdict == "reproduced"
     assert _quality_verdict("higher", [0.80, 0.81, 0.82], [0.70, 0.71, 0.69]).verdict == "reproduced"
 
 
@@ -238,9 +231,7 @@ def test_unmet_requirements_make_a_claim_not_testable_here():
         metric={"name": "ratio", "field": "peak_bytes_max", "method": "m", "baseline": "ddp"},
     )
     v = evaluate(c, frame(rows("m", [60.0]), rows("ddp", [100.0])))
-    assert (
-        v.verdict == "not testable here" and "needs cuda, world_size>=8" in v.reason and "8 GPUs" in v.reason
-    )
+    assert v.verdict == "not testable here" and "needs cuda, world_size>=8" in v.reason and "8 GPUs" in v.reason
     gpu = {"device": "cuda", "evidence": "measured (gpu)", "world_size": 8}
     small = {"device": "cuda", "evidence": "measured (gpu)", "world_size": 2}
     met = evaluate(
@@ -253,11 +244,7 @@ def test_unmet_requirements_make_a_claim_not_testable_here():
         ),
     )
     # Runs below the required scale do not count towards the claim.
-    assert (
-        met.verdict == "reproduced"
-        and met.measured == pytest.approx(0.6)
-        and met.provenance == "measured (gpu)"
-    )
+    assert met.verdict == "reproduced" and met.measured == pytest.approx(0.6) and met.provenance == "measured (gpu)"
 
 
 def test_network_requirement_needs_inter_node_traffic():
@@ -268,10 +255,7 @@ def test_network_requirement_needs_inter_node_traffic():
     )
     assert evaluate(c, frame(rows("m", [60.0]), rows("ddp", [100.0]))).verdict == "not testable here"
     crossed = {"inter_node": True}
-    assert (
-        evaluate(c, frame(rows("m", [60.0], **crossed), rows("ddp", [100.0], **crossed))).verdict
-        == "reproduced"
-    )
+    assert evaluate(c, frame(rows("m", [60.0], **crossed), rows("ddp", [100.0], **crossed))).verdict == "reproduced"
 
 
 def test_inter_node_tier_in_the_ledger_is_seen():
@@ -308,8 +292,9 @@ def test_protocol_status_and_variant_select_the_runs():
 
 def test_baseline_protocol_takes_the_baselines_runs_of_another_protocol():
     match = {"protocol": "flops", "variant": json.dumps({"C": 0.5})}
-    df = frame(rows("b-sdp", [60.0], **match), rows("ddp", [100.0], protocol="tokens"),
-               rows("ddp", [50.0], protocol="time"))
+    df = frame(
+        rows("b-sdp", [60.0], **match), rows("ddp", [100.0], protocol="tokens"), rows("ddp", [50.0], protocol="time")
+    )
     assert evaluate(claim(), df).verdict == "inconclusive"  # no DDP run under the FLOP budget
     assert evaluate(claim(baseline_protocol="tokens"), df).measured == pytest.approx(0.6)
     with pytest.raises(ValueError, match="baseline_protocol: needs a protocol"):
@@ -324,9 +309,7 @@ def test_unknown_metric_field_is_a_clear_error():
 
 def test_verdict_on_real_records_carries_hardware_and_scale():
     records = [make_record("ddp", s, protocol="flops") for s in range(2)]
-    records += [
-        make_record("b-sdp", s, protocol="flops", variant={"C": 0.5}, memory_scale=0.5) for s in range(2)
-    ]
+    records += [make_record("b-sdp", s, protocol="flops", variant={"C": 0.5}, memory_scale=0.5) for s in range(2)]
     v = evaluate(claim(), claim_frame(records))
     assert v.verdict == "reproduced" and v.n_seeds == 2 and 0.5 < v.measured < 0.7
     assert v.hardware == "cpu" and "llama-tiny (3,150,000 params)" in v.scale and len(v.run_ids) == 4
@@ -351,8 +334,11 @@ def test_a_verdict_is_one_of_four():
 
 
 def test_a_simulated_gpu_does_not_make_cuda_claims_testable():
-    c = claim(requires=["cuda"], what_would_test="a GPU",
-              metric={"name": "ratio", "field": "peak_bytes_max", "method": "m", "baseline": "ddp"})
+    c = claim(
+        requires=["cuda"],
+        what_would_test="a GPU",
+        metric={"name": "ratio", "field": "peak_bytes_max", "method": "m", "baseline": "ddp"},
+    )
     sim = {"provenance": "simulated", "evidence": "simulated", "device": "cuda"}
     assert evaluate(c, frame(rows("m", [60.0], **sim), rows("ddp", [100.0], **sim))).verdict == "not testable here"
     gpu = {"device": "cuda", "evidence": "measured (gpu)"}

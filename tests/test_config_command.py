@@ -40,5 +40,6 @@ def test_run_command_parses_back_to_the_same_config(cfg):
 
 def test_estimate_command_names_the_world_size_and_no_budget():
     cfg = RunConfig(method="fsdp", model="llama-1b", nproc=8, tokens=1e6, ac=True, micro_batch=4, seq_len=1024)
-    assert command_line(cfg, "estimate") == ("python -m suite estimate fsdp --model llama-1b --world-size 8 --ac "
-                                             "--set micro_batch=4 --set seq_len=1024")
+    assert command_line(cfg, "estimate") == (
+        "python -m suite estimate fsdp --model llama-1b --world-size 8 --ac --set micro_batch=4 --set seq_len=1024"
+    )

@@ -57,15 +57,11 @@ def cuts(total: int) -> st.SearchStrategy[list[int]]:
 
 
 @settings(max_examples=40, deadline=None)
-@given(
-    data=st.data(), global_batch=st.integers(1, 12), step=st.integers(0, 10**6), seed=st.integers(0, 2**32)
-)
+@given(data=st.data(), global_batch=st.integers(1, 12), step=st.integers(0, 10**6), seed=st.integers(0, 2**32))
 def test_rank_slices_of_text_concatenate_to_the_global_batch(text, data, global_batch, step, seed):
     bounds = data.draw(cuts(global_batch))
     whole = text.batch(step, global_batch, 16, seed)
-    parts = [
-        text.batch(step, global_batch, 16, seed, start=a, count=b - a) for a, b in itertools.pairwise(bounds)
-    ]
+    parts = [text.batch(step, global_batch, 16, seed, start=a, count=b - a) for a, b in itertools.pairwise(bounds)]
     for got, want in zip((torch.cat(p) for p in zip(*parts)), whole):
         assert torch.equal(got, want)
 
@@ -114,9 +110,7 @@ def hf_cache(tmp_path, monkeypatch):
 
 def write_parquet(folder, docs: list[str]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    datasets.Dataset.from_dict({"text": docs, "id": list(range(len(docs)))}).to_parquet(
-        str(folder / "000.parquet")
-    )
+    datasets.Dataset.from_dict({"text": docs, "id": list(range(len(docs)))}).to_parquet(str(folder / "000.parquet"))
 
 
 @pytest.mark.parametrize("streaming", [True, False])
@@ -136,9 +130,7 @@ def test_fineweb_stops_at_max_tokens(tmp_path, hf_cache):
 
 
 def test_fineweb_errors_name_the_fix(tmp_path, hf_cache):
-    with pytest.raises(
-        FileNotFoundError, match="huggingface-cli download HuggingFaceFW/fineweb .*--data-root"
-    ):
+    with pytest.raises(FileNotFoundError, match="huggingface-cli download HuggingFaceFW/fineweb .*--data-root"):
         fineweb_text(str(tmp_path / "missing"))
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="no .parquet files"):

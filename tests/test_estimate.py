@@ -48,8 +48,20 @@ def estimates() -> dict:
 
 
 def test_ddp_estimate_from_the_command_line(tmp_path, capsys):
-    argv = ["estimate", "ddp", "--model", "llama-tiny", "--world-size", "4", "--results", str(tmp_path),
-            "--set", "micro_batch=2", "--set", "seq_len=64"]
+    argv = [
+        "estimate",
+        "ddp",
+        "--model",
+        "llama-tiny",
+        "--world-size",
+        "4",
+        "--results",
+        str(tmp_path),
+        "--set",
+        "micro_batch=2",
+        "--set",
+        "seq_len=64",
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert out[0].startswith("ESTIMATED (fake tensors, fake process group): ddp llama-tiny")
@@ -65,8 +77,9 @@ def test_ddp_estimate_from_the_command_line(tmp_path, capsys):
     assert mem["optimizer"] == 2 * 4 * n_params + 4 * len(tiny_shapes())  # exp_avg, exp_avg_sq, step
     assert mem["rss_peak_bytes"] is None
     cfg = models.model_config("llama-tiny")
-    blocks = sum(p.numel() for b in models.blocks_of(models.build_model("llama-tiny")) for p in b.parameters()
-                 if p.ndim == 2)
+    blocks = sum(
+        p.numel() for b in models.blocks_of(models.build_model("llama-tiny")) for p in b.parameters() if p.ndim == 2
+    )
     tokens = rec["totals"]["tokens"]
     analytic = transformer_step_flops(blocks, cfg["n_layers"], cfg["dim"], 64, tokens, cfg["vocab_size"])
     # FlopCounterMode counts the flash-attention backward as 2.5 forwards (meters/flops.py), not 2
@@ -136,8 +149,10 @@ def test_an_estimate_needs_a_process_without_a_group():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model,method,world", [
-    ("llama-tiny", "ddp", 2), ("llama-tiny", "fsdp", 4), ("llama-50m", "fsdp", 2), ("llama-50m", "ddp", 4)])
+@pytest.mark.parametrize(
+    "model,method,world",
+    [("llama-tiny", "ddp", 2), ("llama-tiny", "fsdp", 4), ("llama-50m", "fsdp", 2), ("llama-50m", "ddp", 4)],
+)
 def test_estimate_equals_the_measured_run(tmp_path, model, method, world):
     cfg = RunConfig(method=method, model=model, nproc=world, micro_batch=1, seq_len=64)
     estimated = estimate(cfg)

@@ -80,7 +80,7 @@ def models() -> SimpleNamespace:
 
 def _binomial_tail(k: int, n: int, choices: int) -> float:
     """P(X >= k) for X ~ Binomial(n, 1 / choices), exactly: sum C(n, i) (choices - 1)^(n - i) / choices^n."""
-    return float(Fraction(sum(math.comb(n, i) * (choices - 1) ** (n - i) for i in range(k, n + 1)), choices ** n))
+    return float(Fraction(sum(math.comb(n, i) * (choices - 1) ** (n - i) for i in range(k, n + 1)), choices**n))
 
 
 # ---- the adapter -------------------------------------------------------------------------------------
@@ -91,7 +91,7 @@ def _requests(kind: str, args: list[tuple]) -> list[Instance]:
 def _reference_loglikelihood(model: nn.Module, context: str, continuation: str) -> tuple[float, bool]:
     """One pair, unbatched and unpadded; contexts here end in no whitespace, so lm-eval moves none."""
     whole, n = list((context + continuation).encode()), len(continuation.encode())
-    window = whole[-(model.cfg.max_seq_len + 1):]
+    window = whole[-(model.cfg.max_seq_len + 1) :]
     with torch.no_grad():
         logp = F.log_softmax(model(torch.tensor([window[:-1]]))[0, -n:, :256], dim=-1)
     target = torch.tensor(window[-n:])
@@ -104,8 +104,7 @@ CONTINUATIONS = st.text(CHARS, min_size=1, max_size=12)  # at most 48 bytes: wit
 
 
 @settings(max_examples=15, deadline=None)
-@given(pairs=st.lists(st.tuples(CONTEXTS, CONTINUATIONS), min_size=1, max_size=6),
-       batch_size=st.integers(1, 4))
+@given(pairs=st.lists(st.tuples(CONTEXTS, CONTINUATIONS), min_size=1, max_size=6), batch_size=st.integers(1, 4))
 def test_loglikelihood_matches_unbatched_reference(models, pairs, batch_size):
     """Padding, reordering, truncation to the window and multi-byte characters change no score."""
     got = ByteLM(models.trained, CPU, batch_size).loglikelihood(_requests("loglikelihood", pairs))
@@ -136,16 +135,19 @@ def test_rolling_predicts_every_byte_once_from_its_predecessor():
     previous = [NEWLINE, *text.encode()[:-1]]
     expected = sum(hit if b == (p + 1) % 256 else miss for b, p in zip(text.encode(), previous))
     got = ByteLM(Counting(16), CPU, batch_size=3).loglikelihood_rolling(
-        _requests("loglikelihood_rolling", [(text,), ("bcd",)]))
+        _requests("loglikelihood_rolling", [(text,), ("bcd",)])
+    )
     assert got == pytest.approx([expected, miss + 2 * hit], rel=1e-5)
 
 
 def test_generate_until_is_greedy_stops_and_keeps_order():
     lm = ByteLM(Counting(16), CPU, batch_size=2)
-    requests = [("abc", {"until": ["g"], "max_gen_toks": 10}),
-                ("a" * 100 + "bc", {"until": [], "max_gen_toks": 4}),
-                ("", {"until": ["\r"], "max_gen_toks": 5}),
-                ("pq", {"until": ["z", "t"], "max_gen_toks": 10})]
+    requests = [
+        ("abc", {"until": ["g"], "max_gen_toks": 10}),
+        ("a" * 100 + "bc", {"until": [], "max_gen_toks": 4}),
+        ("", {"until": ["\r"], "max_gen_toks": 5}),
+        ("pq", {"until": ["z", "t"], "max_gen_toks": 10}),
+    ]
     assert lm.generate_until(_requests("generate_until", requests)) == ["def", "defg", "\x0b\x0c", "rs"]
 
 
@@ -187,7 +189,8 @@ def test_local_tasks_are_written_once_into_the_cache(tmp_path, monkeypatch):
 def test_relative_data_paths_resolve_against_the_task_folder(tmp_path, monkeypatch):
     (tmp_path / "tasks").mkdir()
     (tmp_path / "tasks" / "t.yaml").write_text(
-        "task: t\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: [d.jsonl, /abs/e.jsonl, hf://x/y]\n")
+        "task: t\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: [d.jsonl, /abs/e.jsonl, hf://x/y]\n"
+    )
     monkeypatch.chdir(tmp_path)
     files = task_config("tasks/t.yaml")["dataset_kwargs"]["data_files"]["test"]
     assert files == [str(tmp_path / "tasks" / "d.jsonl"), "/abs/e.jsonl", "hf://x/y"]
@@ -214,9 +217,13 @@ def test_trained_model_beats_chance_and_untrained_does_not(models):
         assert model.training
         k = round(result["value"] * result["n"])
         scores[name] = (result, _binomial_tail(k, result["n"], N_CHOICES), time.perf_counter() - start)
-    print(f"\ntrain {TRAIN_STEPS} steps {models.train_s:.1f}s; " + "; ".join(
-        f"{name}: acc {r['value']:.3f} +- {r['stderr']:.3f} n {r['n']} p {p:.2e} ({s:.1f}s)"
-        for name, (r, p, s) in scores.items()))
+    print(
+        f"\ntrain {TRAIN_STEPS} steps {models.train_s:.1f}s; "
+        + "; ".join(
+            f"{name}: acc {r['value']:.3f} +- {r['stderr']:.3f} n {r['n']} p {p:.2e} ({s:.1f}s)"
+            for name, (r, p, s) in scores.items()
+        )
+    )
     trained, p_trained, _ = scores["trained"]
     _, p_untrained, _ = scores["untrained"]
     assert p_trained < ALPHA <= p_untrained
@@ -237,12 +244,14 @@ def test_a_task_file_runs_from_any_directory_and_scores_bits_per_byte(models, tm
     (task / "bpb.yaml").write_text(
         "task: bpb_local\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: docs.jsonl\n"
         "test_split: test\noutput_type: loglikelihood_rolling\ndoc_to_text: ''\ndoc_to_target: '{{text}}'\n"
-        "metric_list:\n  - metric: bits_per_byte\n")
+        "metric_list:\n  - metric: bits_per_byte\n"
+    )
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")
     result = run_evals(models.trained, ["../task/bpb.yaml"], CPU)["bpb_local"]
     lls = ByteLM(models.trained, CPU).loglikelihood_rolling(
-        _requests("loglikelihood_rolling", [(d["text"],) for d in docs]))
+        _requests("loglikelihood_rolling", [(d["text"],) for d in docs])
+    )
     n_bytes = sum(len(d["text"].encode()) for d in docs)
     assert result["metric"] == "bits_per_byte" and result["n"] == len(docs)
     assert result["value"] == pytest.approx(-sum(lls) / math.log(2) / n_bytes, rel=1e-5)
@@ -294,8 +303,13 @@ def test_evaluate_command_with_hub_tasks_and_no_network_exits_with_one_line(tmp_
     env = {k: v for k, v in os.environ.items() if k not in harness.OFFLINE_VARS}
     env |= {"PYTHONPATH": str(ROOT), "HF_ENDPOINT": silent_endpoint}
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", EVALUATE, "evaluate", str(tmp_path / "none.pt"), "--evals",
-                           "arc_easy,hellaswag"], capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", EVALUATE, "evaluate", str(tmp_path / "none.pt"), "--evals", "arc_easy,hellaswag"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
     assert lines[0].startswith("error: arc_easy, hellaswag") and "did not answer within 5 s" in lines[0]
@@ -347,8 +361,18 @@ def test_evaluate_command_writes_scores_into_the_record(models, tmp_path, capsys
     before = read_record(record_path)
     parser = argparse.ArgumentParser()
     add_evaluate_command(parser.add_subparsers())
-    argv = ["evaluate", str(checkpoint), "--evals", "heldout_next", "--record", str(record_path),
-            "--device", "cpu", "--limit", "20"]
+    argv = [
+        "evaluate",
+        str(checkpoint),
+        "--evals",
+        "heldout_next",
+        "--record",
+        str(record_path),
+        "--device",
+        "cpu",
+        "--limit",
+        "20",
+    ]
     assert cmd_evaluate(parser.parse_args(argv), argv) == 0
     printed = json.loads(capsys.readouterr().out)
     saved = read_record(record_path)
@@ -362,11 +386,12 @@ def test_image_accuracy_counts_top1_hits_on_the_val_split():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, data.num_classes))
     result = image_accuracy(model, data, CPU, batches=3, batch_size=50)
-    (x, y), = data.val_batches(1, 150)
+    ((x, y),) = data.val_batches(1, 150)
     with torch.no_grad():
         acc = (model(x).argmax(-1) == y).double().mean().item()
     assert result["n"] == 150 and result["value"] == pytest.approx(acc)
-    assert result["stderr"] == pytest.approx((y.numel() / (y.numel() - 1)) ** 0.5
-                                             * (acc * (1 - acc)) ** 0.5 / y.numel() ** 0.5)
+    assert result["stderr"] == pytest.approx(
+        (y.numel() / (y.numel() - 1)) ** 0.5 * (acc * (1 - acc)) ** 0.5 / y.numel() ** 0.5
+    )
     with pytest.raises(ValueError, match="val split of digits"):
         image_accuracy(model, data, CPU, batches=100, batch_size=50)

@@ -100,8 +100,9 @@ def test_flops_match_six_n_t_plus_attention(runs):
     cfg = rec["model"]["config"]
     model = models.build_model("llama-tiny")
     n_blocks = sum(p.numel() for b in models.blocks_of(model) for p in b.parameters() if p.ndim >= 2)
-    expected = transformer_step_flops(n_blocks, cfg["n_layers"], cfg["dim"], 128, rec["totals"]["tokens"],
-                                      cfg["vocab_size"])
+    expected = transformer_step_flops(
+        n_blocks, cfg["n_layers"], cfg["dim"], 128, rec["totals"]["tokens"], cfg["vocab_size"]
+    )
     assert rec["totals"]["flops"] == pytest.approx(expected, rel=0.02)
     assert rec["totals"]["hardware_flops"] == rec["totals"]["flops"]
 
@@ -111,7 +112,8 @@ def test_activation_checkpointing_same_losses_less_activation_memory(runs):
         plain = runs(method, "--nproc", "2", *STEPS3)
         ac = runs(method, "--nproc", "2", "--ac", *STEPS3)
         assert [p["train_loss"] for p in ac["curve"]] == pytest.approx(
-            [p["train_loss"] for p in plain["curve"]], abs=1e-6)
+            [p["train_loss"] for p in plain["curve"]], abs=1e-6
+        )
         assert ac["memory"]["per_rank"][0]["activations"] < 0.7 * plain["memory"]["per_rank"][0]["activations"]
         assert ac["totals"]["hardware_flops"] > ac["totals"]["flops"] == plain["totals"]["flops"]
 
@@ -148,9 +150,28 @@ def test_record_fields_and_progress(runs):
 def test_same_seed_same_curve_bit_for_bit_also_under_users_torchrun(runs, tmp_path):
     first = runs("ddp", "--nproc", "2", *STEPS3)
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "suite",
-         "run", "ddp", *STEPS3, *TINY, "--results", str(tmp_path)],
-        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "suite",
+            "run",
+            "ddp",
+            *STEPS3,
+            *TINY,
+            "--results",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     second = read_record(proc.stdout.strip().splitlines()[-1])
     key = [(p["step"], p["train_loss"], p["val_loss"]) for p in first["curve"]]
@@ -168,8 +189,9 @@ def test_flops_time_and_target_budgets(runs):
 
 
 def test_a_run_that_dies_leaves_a_failed_record(runs):
-    rec = runs("test-fail", "--nproc", "2", *STEPS3, env={"SUITE_METHOD_MODULES": "tests.failing_method"},
-               expect_ok=False)
+    rec = runs(
+        "test-fail", "--nproc", "2", *STEPS3, env={"SUITE_METHOD_MODULES": "tests.failing_method"}, expect_ok=False
+    )
     assert rec["status"] == "failed"
     assert "injected failure at step 2" in rec["error"]
 
@@ -177,8 +199,26 @@ def test_a_run_that_dies_leaves_a_failed_record(runs):
 def test_resnet18_on_digits_counts_samples_and_all_reduces_its_gradients(tmp_path):
     from .conftest import run_cli
 
-    proc = run_cli(["run", "ddp", "--model", "resnet18", "--nproc", "2", "--tokens", "48", "--set", "micro_batch=8",
-                    "--set", "eval_every=100", "--set", "eval_batches=1", "--results", str(tmp_path)])
+    proc = run_cli(
+        [
+            "run",
+            "ddp",
+            "--model",
+            "resnet18",
+            "--nproc",
+            "2",
+            "--tokens",
+            "48",
+            "--set",
+            "micro_batch=8",
+            "--set",
+            "eval_every=100",
+            "--set",
+            "eval_batches=1",
+            "--results",
+            str(tmp_path),
+        ]
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rec = read_record(proc.stdout.strip().splitlines()[-1])
     assert rec["status"] == "complete" and rec["data"]["name"] == "digits"

@@ -170,15 +170,11 @@ def test_transformer_formula_matches_flop_counter(heads, head_dim, n_layers, seq
     tokens = torch.randint(vocab, (2, seq_len))
     with sdpa_kernel(backend), FlopCounterMode(display=False) as counter:
         F.cross_entropy(model(tokens).flatten(0, 1), tokens.flatten()).backward()
-    n_matrices = sum(
-        p.numel() for name, p in model.named_parameters() if p.dim() == 2 and "embed" not in name
-    )
+    n_matrices = sum(p.numel() for name, p in model.named_parameters() if p.dim() == 2 and "embed" not in name)
     n_head = model.head.weight.numel()
     expected = transformer_step_flops(n_matrices - n_head, n_layers, dim, seq_len, tokens.numel(), vocab)
     # The flash backward also recomputes QK^T: 2 * seq_len * dim per token and layer beyond 2x forward.
-    flash_extra = (
-        2 * n_layers * seq_len * dim * tokens.numel() if backend == SDPBackend.FLASH_ATTENTION else 0
-    )
+    flash_extra = 2 * n_layers * seq_len * dim * tokens.numel() if backend == SDPBackend.FLASH_ATTENTION else 0
     assert counter.get_total_flops() == expected + flash_extra
 
 

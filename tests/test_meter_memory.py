@@ -136,11 +136,7 @@ def test_fsdp2_reports_local_shards(process_group):
     fully_shard(model)
     result = measure(model, batches)
     assert "FSDPMemTracker" in result["method"]
-    assert (
-        result["params"]
-        == local_param_bytes(model)
-        == pytest.approx(unsharded["params"] / world_size, rel=0.02)
-    )
+    assert result["params"] == local_param_bytes(model) == pytest.approx(unsharded["params"] / world_size, rel=0.02)
     assert result["optimizer"] == adam_state_bytes(model)
     assert result["state_bytes"] == pytest.approx(unsharded["state_bytes"] / world_size, rel=0.02)
     assert sum(result[c] for c in CATEGORIES) == result["peak_bytes"]

@@ -10,8 +10,7 @@ from suite.models import MODELS, blocks_of, build_model, kind_of, model_config, 
 from suite.models.llama import LLAMA_CONFIGS, Llama, LlamaConfig
 
 # A small GQA LLaMA (4 query heads share 2 K/V heads) for the tests that run a forward pass.
-SMALL = {"dim": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "ffn_dim": 64, "vocab_size": 64,
-         "max_seq_len": 16}
+SMALL = {"dim": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "ffn_dim": 64, "vocab_size": 64, "max_seq_len": 16}
 
 # (low, high) ballparks: the sizes each name promises.
 LLAMA_SIZES = {

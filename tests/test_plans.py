@@ -32,11 +32,14 @@ def test_estimates_write_estimated_and_simulated_records(tmp_path):
         validate(rec)
         assert read_record(tmp_path / f"{rec['run_id']}.json")["provenance"] == rec["provenance"]
     assert estimated["provenance"] == "estimated" and simulated["provenance"] == "simulated"
-    assert estimated["command"] == ("python -m suite estimate ddp --model llama-tiny --world-size 8 "
-                                    "--set micro_batch=2 --set seq_len=64 --set reproduction=demo "
-                                    f"--gpus-per-node 4 --results {tmp_path}")
-    assert simulated["command"].startswith(f"python -m suite simulate {tmp_path}/{estimated['run_id']}.json "
-                                           f"--topology {A100} --mfu 0.4")
+    assert estimated["command"] == (
+        "python -m suite estimate ddp --model llama-tiny --world-size 8 "
+        "--set micro_batch=2 --set seq_len=64 --set reproduction=demo "
+        f"--gpus-per-node 4 --results {tmp_path}"
+    )
+    assert simulated["command"].startswith(
+        f"python -m suite simulate {tmp_path}/{estimated['run_id']}.json --topology {A100} --mfu 0.4"
+    )
     # 8 ranks on nodes of 4: DDP's all-reduce crosses nodes, and the projection prices it on InfiniBand
     assert any(op["tier"] == "inter-node" for op in estimated["comm"]["per_rank"][0]["ops"])
     assert simulated["simulation"]["comm_s"] > 0

@@ -14,8 +14,7 @@ def _record(run_id: str = "r1") -> dict:
 
     cfg = RunConfig(run_id=run_id, tokens=1000, command="python -m suite run ddp --tokens 1000")
     rec = new_record(cfg, 2, torch.device("cpu"), "gloo", None)
-    rec["curve"].append({"step": 1, "tokens": 100, "flops": 1.0, "wall_s": 0.1, "train_loss": 5.0,
-                         "val_loss": None})
+    rec["curve"].append({"step": 1, "tokens": 100, "flops": 1.0, "wall_s": 0.1, "train_loss": 5.0, "val_loss": None})
     return rec
 
 
@@ -39,12 +38,15 @@ def test_invalid_record_is_never_written(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("content, reason", [
-    ('{"schema": 1, "run_id": ', "not valid JSON"),
-    ("[1, 2]", "JSON object"),
-    (json.dumps({"schema": 99}), "unknown record schema"),
-    (json.dumps({"schema": 1, "run_id": "x"}), "record field"),
-])
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        ('{"schema": 1, "run_id": ', "not valid JSON"),
+        ("[1, 2]", "JSON object"),
+        (json.dumps({"schema": 99}), "unknown record schema"),
+        (json.dumps({"schema": 1, "run_id": "x"}), "record field"),
+    ],
+)
 def test_corrupt_records_are_skipped_with_reason(tmp_path, content, reason):
     write_record(_record("good"), tmp_path / "good.json")
     (tmp_path / "bad.json").write_text(content)

@@ -187,9 +187,7 @@ def test_run_page_shows_curve_memory_ledger_and_environment(site):
 
 
 def test_a_broken_claim_is_reported_on_the_page(tmp_path):
-    (tmp_path / "claims.yaml").write_text(
-        SDP_CLAIMS_YAML.replace("field: peak_bytes_max", "field: peak_memory")
-    )
+    (tmp_path / "claims.yaml").write_text(SDP_CLAIMS_YAML.replace("field: peak_bytes_max", "field: peak_memory"))
     record = _bare(make_record("ddp", 0, reproduction="sdp"))
     index = build_report_for([record], [], tmp_path / "site", {"sdp": load_claims(tmp_path / "claims.yaml")})
     assert "Claims not evaluated: " in index.read_text() and "peak_memory" in index.read_text()

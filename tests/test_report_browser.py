@@ -20,9 +20,7 @@ from PIL import Image
 from tests.report_fixtures import built_study
 
 CHROMIUM = Path("/usr/bin/chromium")
-pytestmark = pytest.mark.skipif(
-    not CHROMIUM.exists(), reason="needs Debian's chromium: apt-get install -y chromium"
-)
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium: apt-get install -y chromium")
 
 PROBE = """<script>
 (function () {
@@ -89,8 +87,7 @@ def probe(page: Path, tmp: Path) -> dict[str, str]:
         copy.unlink()
     html_tag = re.search(r"<html[^>]*>", dom).group(0)
     return {
-        k: v.replace("&quot;", '"').replace("&amp;", "&")
-        for k, v in re.findall(r'data-([a-z]+)="([^"]*)"', html_tag)
+        k: v.replace("&quot;", '"').replace("&amp;", "&") for k, v in re.findall(r'data-([a-z]+)="([^"]*)"', html_tag)
     }
 
 

@@ -38,8 +38,9 @@ def assert_same_losses(a: dict, b: dict) -> None:
 
 def wire(record: dict) -> list[float]:
     steps = record["comm"]["steps"]
-    return [sum(o["wire_bytes"] for o in r["ops"] if o["group"] != "grad-norm") / steps
-            for r in record["comm"]["per_rank"]]
+    return [
+        sum(o["wire_bytes"] for o in r["ops"] if o["group"] != "grad-norm") / steps for r in record["comm"]["per_rank"]
+    ]
 
 
 def bytes_by_op(record: dict) -> list[dict[str, float]]:
@@ -60,10 +61,13 @@ def state(record: dict) -> list[int]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("nproc,coverage,ac,accum", [
-    (3, 0.5, True, 1),  # 4 blocks over 3 ranks: holder counts 2, 1, 1, 2 (1-rank meshes); with checkpointing
-    (2, 0.75, False, 2),  # 2 micro-batches: gradient sync on the last one only
-])
+@pytest.mark.parametrize(
+    "nproc,coverage,ac,accum",
+    [
+        (3, 0.5, True, 1),  # 4 blocks over 3 ranks: holder counts 2, 1, 1, 2 (1-rank meshes); with checkpointing
+        (2, 0.75, False, 2),  # 2 micro-batches: gradient sync on the last one only
+    ],
+)
 def test_holders_reading_equals_plain_b_sdp_with_fsdp_state(runs, nproc, coverage, ac, accum):
     sets = (f"C={coverage}", "check_every=1", f"grad_accum={accum}")
     plain = run(runs, "b-sdp", nproc, 4 // accum, *sets, ac=ac)
@@ -93,11 +97,11 @@ def test_worker_reading_equals_b_sdp_at_k_workers(runs):
     assert wire(sharded) == pytest.approx(info["formula"]["wire_bytes_per_rank"], rel=1e-12)
 
 
-@pytest.mark.parametrize("world,sets", [(4, {"C": 0.5, "fsdp": "holders"}),
-                                        (4, {"C": 0.75, "fsdp": "worker", "G": 2})])
+@pytest.mark.parametrize("world,sets", [(4, {"C": 0.5, "fsdp": "holders"}), (4, {"C": 0.75, "fsdp": "worker", "G": 2})])
 def test_estimated_bytes_equal_the_formula(world, sets):
-    rec = estimate(RunConfig(method="b-sdp", model="llama-tiny", nproc=world, micro_batch=2, seq_len=64,
-                             variant=dict(sets)))
+    rec = estimate(
+        RunConfig(method="b-sdp", model="llama-tiny", nproc=world, micro_batch=2, seq_len=64, variant=dict(sets))
+    )
     formula = rec["parallel"]["sdp"]["formula"]["payload_bytes_per_rank"]
     measured = bytes_by_op(rec)
     ranks = [r["rank"] for r in rec["comm"]["per_rank"]]
@@ -106,13 +110,16 @@ def test_estimated_bytes_equal_the_formula(world, sets):
     assert wire(rec) == pytest.approx([wire_formula[r] for r in ranks], rel=1e-12)
 
 
-@pytest.mark.parametrize("variant,world,fix", [
-    ({"fsdp": "worker", "G": 2}, 3, "multiple of G"),
-    ({"fsdp": "worker", "G": 4, "C": 0.5}, 4, r"K = 4 ranks / G=4 = 1"),
-    ({"fsdp": "holders", "G": 2}, 2, "only with --set fsdp=worker"),
-    ({"fsdp": "rows"}, 2, "fsdp=holders"),
-    ({"fsdp": "worker", "G": 0}, 2, "devices per SDP worker"),
-])
+@pytest.mark.parametrize(
+    "variant,world,fix",
+    [
+        ({"fsdp": "worker", "G": 2}, 3, "multiple of G"),
+        ({"fsdp": "worker", "G": 4, "C": 0.5}, 4, r"K = 4 ranks / G=4 = 1"),
+        ({"fsdp": "holders", "G": 2}, 2, "only with --set fsdp=worker"),
+        ({"fsdp": "rows"}, 2, "fsdp=holders"),
+        ({"fsdp": "worker", "G": 0}, 2, "devices per SDP worker"),
+    ],
+)
 def test_bad_composition_is_one_line(variant, world, fix):
     with pytest.raises(ValueError, match=fix) as err:
         get_strategy(RunConfig(method="b-sdp", variant=dict(variant))).check(world)
@@ -121,8 +128,15 @@ def test_bad_composition_is_one_line(variant, world, fix):
 
 @pytest.mark.slow
 def test_estimate_equals_the_measured_run(tmp_path):
-    cfg = RunConfig(method="b-sdp", model="llama-tiny", nproc=2, micro_batch=1, seq_len=64, ac=True,
-                    variant={"C": 0.75, "fsdp": "holders"})
+    cfg = RunConfig(
+        method="b-sdp",
+        model="llama-tiny",
+        nproc=2,
+        micro_batch=1,
+        seq_len=64,
+        ac=True,
+        variant={"C": 0.75, "fsdp": "holders"},
+    )
     estimated = estimate(cfg)
     measured = measure_beside(estimated, cfg, "cpu", tmp_path)
     rows = compare(estimated, measured)

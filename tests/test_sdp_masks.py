@@ -82,15 +82,18 @@ def test_a_partition_is_disconnected():
     assert mask.spectral_gap() == pytest.approx(0.0, abs=1e-9)
 
 
-@pytest.mark.parametrize("components,workers,coverage,fix", [
-    (4, 4, 0.0, "C must be in (0, 1]"),
-    (4, 4, 1.5, "C must be in (0, 1]"),
-    (4, 4, float("nan"), "C must be in (0, 1]"),
-    (4, 0, 0.5, "--nproc K"),
-    (4, 2.5, 0.5, "--nproc K"),
-    (16, 4, 0.02, "--set C=0.0625 or more"),
-    (16, 2, 0.25, "--set C=0.5 or more"),
-])
+@pytest.mark.parametrize(
+    "components,workers,coverage,fix",
+    [
+        (4, 4, 0.0, "C must be in (0, 1]"),
+        (4, 4, 1.5, "C must be in (0, 1]"),
+        (4, 4, float("nan"), "C must be in (0, 1]"),
+        (4, 0, 0.5, "--nproc K"),
+        (4, 2.5, 0.5, "--nproc K"),
+        (16, 4, 0.02, "--set C=0.0625 or more"),
+        (16, 2, 0.25, "--set C=0.5 or more"),
+    ],
+)
 def test_bad_c_or_k_names_the_fix(components, workers, coverage, fix):
     with pytest.raises(ValueError, match=fix.replace("(", r"\(").replace("]", r"\]").replace(".", r"\.")):
         assign(components, workers, coverage)

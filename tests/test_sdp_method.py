@@ -48,12 +48,15 @@ def test_c1_equals_ddp_bit_for_bit(runs):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method,nproc,sets", [
-    ("b-sdp", 4, ["C=0.75"]),
-    ("b-sdp", 3, ["C=0.5"]),  # 4 blocks over 3 workers: holder counts 2, 1, 1, 2
-    ("b-sdp", 2, ["C=0.75", "aggregation=dense"]),
-    ("bb-sdp", 2, ["C=0.5"]),
-])
+@pytest.mark.parametrize(
+    "method,nproc,sets",
+    [
+        ("b-sdp", 4, ["C=0.75"]),
+        ("b-sdp", 3, ["C=0.5"]),  # 4 blocks over 3 workers: holder counts 2, 1, 1, 2
+        ("b-sdp", 2, ["C=0.75", "aggregation=dense"]),
+        ("bb-sdp", 2, ["C=0.5"]),
+    ],
+)
 def test_holders_stay_identical_and_bytes_match_the_formula(runs, method, nproc, sets):
     record = sdp(runs, method, nproc, *sets)
     assert record["status"] == "complete", record.get("error")
@@ -134,15 +137,18 @@ def test_dropped_blocks_are_the_identity_and_own_no_parameters():
     assert model.layers[1](x, model.rope_cos, model.rope_sin) is x
 
 
-@pytest.mark.parametrize("variant,nproc,fix", [
-    ({"K": 4}, 2, "--nproc 4"),
-    ({"C": 1.5}, 2, r"C must be in \(0, 1\]"),
-    ({"C": "half"}, 2, "--set C=0.5"),
-    ({"C": 0.25}, 2, "C=0.5 or more"),
-    ({"aggregation": "ring"}, 2, "aggregation=groups"),
-    ({"K": "four"}, 2, "equal to --nproc"),
-    ({"check_every": -1}, 2, "0 turns them off"),
-])
+@pytest.mark.parametrize(
+    "variant,nproc,fix",
+    [
+        ({"K": 4}, 2, "--nproc 4"),
+        ({"C": 1.5}, 2, r"C must be in \(0, 1\]"),
+        ({"C": "half"}, 2, "--set C=0.5"),
+        ({"C": 0.25}, 2, "C=0.5 or more"),
+        ({"aggregation": "ring"}, 2, "aggregation=groups"),
+        ({"K": "four"}, 2, "equal to --nproc"),
+        ({"check_every": -1}, 2, "0 turns them off"),
+    ],
+)
 def test_bad_parameters_name_the_fix(variant, nproc, fix):
     with pytest.raises(ValueError, match=fix):
         get_strategy(RunConfig(method="b-sdp", variant=dict(variant))).check(nproc)

@@ -28,9 +28,11 @@ from tests.test_sdp_method import aggregation_bytes, losses
 
 GROUPS = 8
 SMALL = ["--set", "micro_batch=4", "--tokens", "3072"]  # 1,024 tokens a step at 2 ranks: 3 steps; 2 at 3 ranks
-INPUTS = {"llama-tiny": lambda: torch.randint(0, 256, (2, 16)),
-          "resnet18": lambda: torch.randn(2, 3, 32, 32),
-          "swin-t": lambda: torch.randn(1, 3, 32, 32)}
+INPUTS = {
+    "llama-tiny": lambda: torch.randint(0, 256, (2, 16)),
+    "resnet18": lambda: torch.randn(2, 3, 32, 32),
+    "swin-t": lambda: torch.randn(1, 3, 32, 32),
+}
 
 
 @cache
@@ -83,7 +85,7 @@ def test_group_slices_write_through_to_the_sliced_gradient():
     assert sum(s.numel() for s in slices) == w.numel() == 4 * (bounds[1][1] + bounds[3][1])
     for value, s in enumerate(slices, start=1):
         s.grad.copy_(torch.full_like(s.grad, value))
-    assert w.grad[:, :bounds[1][1]].eq(1).all() and w.grad[:, bounds[1][1]:].eq(2).all()
+    assert w.grad[:, : bounds[1][1]].eq(1).all() and w.grad[:, bounds[1][1] :].eq(2).all()
 
 
 def _train_step_memory(model: nn.Module) -> dict:
@@ -104,15 +106,18 @@ def test_forward_masked_worker_allocates_nothing_for_dropped_neurons():
     cut = cut_tensors(full, GROUPS)
     params = dict(full.named_parameters())
     keep = {0, 1, 2, 3}  # worker 0 of K = 2 at C = 0.5
-    kept = sum(p.numel() // p.shape[cut[n][0]] * sum(cut[n][1][g][1] for g in keep) if n in cut else p.numel()
-               for n, p in params.items())
+    kept = sum(
+        p.numel() // p.shape[cut[n][0]] * sum(cut[n][1][g][1] for g in keep) if n in cut else p.numel()
+        for n, p in params.items()
+    )
     sliced = slice_neurons(copy.deepcopy(full), keep, GROUPS)
     assert sum(p.numel() for p in sliced.parameters()) == kept
     masked, ddp = _train_step_memory(sliced), _train_step_memory(full)
     assert masked["params"] == 4 * kept
     assert masked["optimizer"] == pytest.approx(2 * masked["params"], rel=1e-3)  # AdamW's two moments
-    assert masked["state_bytes"] / ddp["state_bytes"] == pytest.approx(kept / sum(p.numel() for p in params.values()),
-                                                                      rel=1e-3)
+    assert masked["state_bytes"] / ddp["state_bytes"] == pytest.approx(
+        kept / sum(p.numel() for p in params.values()), rel=1e-3
+    )
     assert masked["peak_bytes"] < ddp["peak_bytes"]
 
 
@@ -120,16 +125,22 @@ def test_resnet_blocks_with_a_shortcut_projection_stay_with_every_worker():
     # WRN-18 also widens (64 -> 128 channels) through layer1.0's shortcut
     assert (count_blocks("resnet18"), count_blocks("wrn18"), count_blocks("swin-t")) == (5, 4, 12)
     model = drop_blocks(copy.deepcopy(_model("resnet18")), keep=set())
-    assert [n for n, m in model.named_modules() if getattr(m, "downsample", None) is not None] == \
-        ["layer2.0", "layer3.0", "layer4.0"]
+    assert [n for n, m in model.named_modules() if getattr(m, "downsample", None) is not None] == [
+        "layer2.0",
+        "layer3.0",
+        "layer4.0",
+    ]
     assert model(INPUTS["resnet18"]()).shape == (2, 10)
 
 
-@pytest.mark.parametrize("model,variant,fix", [
-    ("resnet18", {"groups": 100}, "groups=64 or fewer"),
-    ("llama-tiny", {"groups": 0}, "whole number >= 1"),
-    ("llama-tiny", {"C": 0.25}, "C=0.5 or more"),
-])
+@pytest.mark.parametrize(
+    "model,variant,fix",
+    [
+        ("resnet18", {"groups": 100}, "groups=64 or fewer"),
+        ("llama-tiny", {"groups": 0}, "whole number >= 1"),
+        ("llama-tiny", {"C": 0.25}, "C=0.5 or more"),
+    ],
+)
 def test_bad_parameters_name_the_fix(model, variant, fix):
     with pytest.raises(ValueError, match=fix):
         get_strategy(RunConfig(method="n-sdp", model=model, variant=dict(variant))).check(2)
@@ -150,8 +161,26 @@ def nsdp(runs, nproc: int, *sets: str) -> dict:
 
 def image_run(tmp_path, method: str, *sets: str) -> dict:
     """A 3-step ResNet-18 run on the embedded digits (the `runs` fixture fixes the model to llama-tiny)."""
-    args = ["run", method, "--model", "resnet18", "--nproc", "2", "--tokens", "24", "--set", "micro_batch=4",
-            "--set", "log_every=1", "--set", "eval_every=2", "--set", "eval_batches=2", "--results", str(tmp_path)]
+    args = [
+        "run",
+        method,
+        "--model",
+        "resnet18",
+        "--nproc",
+        "2",
+        "--tokens",
+        "24",
+        "--set",
+        "micro_batch=4",
+        "--set",
+        "log_every=1",
+        "--set",
+        "eval_every=2",
+        "--set",
+        "eval_batches=2",
+        "--results",
+        str(tmp_path),
+    ]
     for s in sets:
         args += ["--set", s]
     proc = run_cli(args)
@@ -169,11 +198,14 @@ def test_c1_equals_ddp_bit_for_bit(runs):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("nproc,sets", [
-    (2, ["C=0.75"]),  # 6 of 8 groups each: holder counts 1 and 2
-    (3, ["C=0.5"]),  # 4 of 8 groups each over 3 workers: holder counts 1 and 2, three holder sets
-    (2, ["C=0.75", "aggregation=dense"]),
-])
+@pytest.mark.parametrize(
+    "nproc,sets",
+    [
+        (2, ["C=0.75"]),  # 6 of 8 groups each: holder counts 1 and 2
+        (3, ["C=0.5"]),  # 4 of 8 groups each over 3 workers: holder counts 1 and 2, three holder sets
+        (2, ["C=0.75", "aggregation=dense"]),
+    ],
+)
 def test_holders_stay_identical_and_bytes_match_the_formula(runs, nproc, sets):
     record = nsdp(runs, nproc, *sets)
     assert record["status"] == "complete", record.get("error")

@@ -51,8 +51,12 @@ def test_auto_takes_tree_for_small_and_ring_for_large_payloads():
     assert large == cost("all_reduce", 1e10, 64, 100 * GB, 1e-5, "ring")
 
 
-@given(st.sampled_from(["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"]),
-       st.integers(2, 1024), st.floats(1.0, 1e11), st.sampled_from(["ring", "tree"]))
+@given(
+    st.sampled_from(["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"]),
+    st.integers(2, 1024),
+    st.floats(1.0, 1e11),
+    st.sampled_from(["ring", "tree"]),
+)
 def test_cost_is_affine_in_payload(op, n, payload, algorithm):
     at = [cost(op, p, n, 10 * GB, 2e-6, algorithm) for p in (0.0, payload, 2 * payload)]
     assert at[2] - at[1] == pytest.approx(at[1] - at[0], rel=1e-9)
@@ -93,13 +97,40 @@ def ddp_record(world: int, param_bytes: int = 4 * 10**9, steps: int = 2, flops_p
     cfg = RunConfig(method="ddp", model="llama-1b", nproc=world, tokens=1.0, run_id="synthetic-ddp")
     rec = new_record(cfg, world, torch.device("cpu"), "gloo", None)
     ranks = list(range(world))
-    rec["parallel"].update({"global_batch_tokens": 8192 * world,
-                            "groups": [{"name": "replicate", "size": world, "tier": "inter-node", "ranks": ranks}]})
-    rec["totals"].update({"steps": steps, "tokens": steps * 8192 * world, "flops": steps * flops_per_step,
-                          "hardware_flops": steps * flops_per_step})
-    rec["comm"] = {"method": "synthetic", "steps": steps, "per_rank": [{"rank": 0, "ops": [
-        {"op": "all_reduce", "group": "replicate", "tier": "inter-node", "group_size": world, "count": 4 * steps,
-         "bytes": steps * param_bytes, "wire_bytes": 0.0}]}]}
+    rec["parallel"].update(
+        {
+            "global_batch_tokens": 8192 * world,
+            "groups": [{"name": "replicate", "size": world, "tier": "inter-node", "ranks": ranks}],
+        }
+    )
+    rec["totals"].update(
+        {
+            "steps": steps,
+            "tokens": steps * 8192 * world,
+            "flops": steps * flops_per_step,
+            "hardware_flops": steps * flops_per_step,
+        }
+    )
+    rec["comm"] = {
+        "method": "synthetic",
+        "steps": steps,
+        "per_rank": [
+            {
+                "rank": 0,
+                "ops": [
+                    {
+                        "op": "all_reduce",
+                        "group": "replicate",
+                        "tier": "inter-node",
+                        "group_size": world,
+                        "count": 4 * steps,
+                        "bytes": steps * param_bytes,
+                        "wire_bytes": 0.0,
+                    }
+                ],
+            }
+        ],
+    }
     rec["status"] = "complete"
     return rec
 
@@ -154,8 +185,10 @@ def test_bad_projection_inputs_name_the_fix():
 
 @given(st.floats(1e-7, 1e-3), st.floats(1e8, 1e12), st.integers(2, 64))
 def test_fit_recovers_latency_and_bandwidth(latency, bandwidth, n):
-    timings = [{"op": "all_reduce", "n": n, "payload": p,
-                "seconds": cost("all_reduce", p, n, bandwidth, latency, "ring")} for p in (1e3, 1e5, 1e7, 1e9)]
+    timings = [
+        {"op": "all_reduce", "n": n, "payload": p, "seconds": cost("all_reduce", p, n, bandwidth, latency, "ring")}
+        for p in (1e3, 1e5, 1e7, 1e9)
+    ]
     tier = fit_tier(timings)
     assert tier.latency == pytest.approx(latency, rel=1e-5)
     assert tier.bandwidth == pytest.approx(bandwidth, rel=1e-5)

@@ -12,8 +12,7 @@ from suite.config import RunConfig, command_line
 from suite.plans import Plan
 
 SMOKE = dict(model="llama-tiny", device="cpu", tokens=81_920, seq_len=128, eval_every=10)
-GPU = dict(model="llama-134m", device="cuda", tokens=8_388_608, micro_batch=8, seq_len=1024, eval_every=50,
-           lr=1e-3)
+GPU = dict(model="llama-134m", device="cuda", tokens=8_388_608, micro_batch=8, seq_len=1024, eval_every=50, lr=1e-3)
 
 GLOBAL_SEQUENCES = 16  # global batch of every smoke arm, in sequences
 ARMS = [  # (method, workers in the smoke preset, extra settings)
@@ -38,14 +37,21 @@ def native_bf16_cpu() -> bool:
 
 def _smoke() -> list[RunConfig]:
     arms = [a for a in ARMS if native_bf16_cpu() or a[2].get("precision") != "bf16"]
-    return [RunConfig(method=m, nproc=n, reproduction="baselines", **{**SMOKE, "micro_batch": GLOBAL_SEQUENCES // n},
-                      **extra) for m, n, extra in arms]
+    return [
+        RunConfig(
+            method=m, nproc=n, reproduction="baselines", **{**SMOKE, "micro_batch": GLOBAL_SEQUENCES // n}, **extra
+        )
+        for m, n, extra in arms
+    ]
 
 
 def _gpu(gpus: int) -> list[RunConfig]:
     """Every arm on all GPUs (same global batch); HSDP needs at least 4 to have 2 x 2."""
-    return [RunConfig(method=m, nproc=gpus, reproduction="baselines", **GPU, **extra)
-            for m, _, extra in ARMS if m != "hsdp" or gpus >= 4]
+    return [
+        RunConfig(method=m, nproc=gpus, reproduction="baselines", **GPU, **extra)
+        for m, _, extra in ARMS
+        if m != "hsdp" or gpus >= 4
+    ]
 
 
 def plan(preset: str) -> Plan:
@@ -59,7 +65,12 @@ def plan(preset: str) -> Plan:
         raise ValueError("the baselines comparison has no paper preset; use --preset smoke or --preset gpu")
     for cfg in runs:
         cfg.command = command_line(cfg)
-    notes = [] if preset != "smoke" or native_bf16_cpu() else [
-        "bf16 arms left out: this CPU has no native bf16 matmul (AVX-512 BF16 / AMX), so bf16 would measure an "
-        "emulation; the tests still run bf16 for bytes and loss, and the gpu preset includes it"]
+    notes = (
+        []
+        if preset != "smoke" or native_bf16_cpu()
+        else [
+            "bf16 arms left out: this CPU has no native bf16 matmul (AVX-512 BF16 / AMX), so bf16 would measure an "
+            "emulation; the tests still run bf16 for bytes and loss, and the gpu preset includes it"
+        ]
+    )
     return Plan("baselines", preset, runs, protocol="equal tokens, same global batch and seed", notes=notes)

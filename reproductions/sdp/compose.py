@@ -48,8 +48,10 @@ READINGS = ("none", "holders", "worker")
 
 def _reading(value: object) -> str:
     if value not in READINGS:
-        raise ValueError(f"fsdp must be one of {', '.join(READINGS)}, got {value!r}; pass --set fsdp=holders "
-                         "(each block sharded over its holders) or --set fsdp=worker --set G=2 (workers of G ranks)")
+        raise ValueError(
+            f"fsdp must be one of {', '.join(READINGS)}, got {value!r}; pass --set fsdp=holders "
+            "(each block sharded over its holders) or --set fsdp=worker --set G=2 (workers of G ranks)"
+        )
     return str(value)
 
 
@@ -76,9 +78,11 @@ class ComposedBlockSDP(BlockSDP):
     def workers(self, world_size: int) -> int:
         """K: one SDP worker per rank, or per G ranks with fsdp=worker."""
         if world_size % self.G:
-            raise ValueError(f"fsdp=worker needs a world size that is a multiple of G: {world_size} ranks cannot "
-                             f"form workers of G={self.G}; use --nproc {self.G * max(world_size // self.G, 1)} "
-                             "or a G dividing it")
+            raise ValueError(
+                f"fsdp=worker needs a world size that is a multiple of G: {world_size} ranks cannot "
+                f"form workers of G={self.G}; use --nproc {self.G * max(world_size // self.G, 1)} "
+                "or a G dividing it"
+            )
         return world_size // self.G
 
     def check(self, world_size: int) -> None:
@@ -129,8 +133,9 @@ class ComposedBlockSDP(BlockSDP):
             replicate = [dist.new_group([row[s] for row in rows]) for s in range(self.G)][slot]
             if me in workers:
                 ctx.label_group(replicate, f"holders{{{','.join(map(str, workers))}}}.replicate")
-                meshes[workers] = DeviceMesh.from_group([replicate, shard], ctx.device.type, mesh=rows,
-                                                        mesh_dim_names=("replicate", "shard"))
+                meshes[workers] = DeviceMesh.from_group(
+                    [replicate, shard], ctx.device.type, mesh=rows, mesh_dim_names=("replicate", "shard")
+                )
         return meshes
 
     # ---- the model ---------------------------------------------------------------------------------
@@ -256,21 +261,30 @@ class ComposedBlockSDP(BlockSDP):
         info["fsdp"] = {
             "reading": self.reading,
             "G": self.G,
-            "mesh": ("each block: 1-D over its holder ranks; shared parts: 1-D over all ranks"
-                     if self.reading == "holders" else
-                     f"each block: (replicate = its holder workers, shard = G = {self.G}) HSDP, a 1-D shard mesh "
-                     "when one worker holds it; shared parts: (replicate = all K workers, shard = G)"),
+            "mesh": (
+                "each block: 1-D over its holder ranks; shared parts: 1-D over all ranks"
+                if self.reading == "holders"
+                else f"each block: (replicate = its holder workers, shard = G = {self.G}) HSDP, a 1-D shard mesh "
+                "when one worker holds it; shared parts: (replicate = all K workers, shard = G)"
+            ),
             "holder_meshes": [self.ranks_of(h) if self.reading == "worker" else list(h) for h in self._holder_sets()],
         }
-        info["aggregation"] = ("FSDP2 reduce-scatter over each holder mesh (mean over holders)"
-                               if self.reading == "holders" else
-                               "FSDP2 reduce-scatter inside each worker, all-reduce across holder workers (HSDP)")
-        info["grad_clip"] = ("norm of the whole aggregated gradient: all-reduce (sum) of per-tensor squared shard "
-                             "norms over group grad-norm, divided by each tensor's number of copies")
-        info["evaluation"] = ("full model gathered on rank 0 (full_tensor() on each holder mesh, then point-to-point "
-                              "from the first holder), off the ledger; other ranks evaluate their own subnetwork")
-        info["formula"] = fsdp_formula_bytes(self.mask, self._component_shapes(), self.reading, self.G,
-                                             self._gather_itemsize(), self.cfg.grad_accum)
+        info["aggregation"] = (
+            "FSDP2 reduce-scatter over each holder mesh (mean over holders)"
+            if self.reading == "holders"
+            else "FSDP2 reduce-scatter inside each worker, all-reduce across holder workers (HSDP)"
+        )
+        info["grad_clip"] = (
+            "norm of the whole aggregated gradient: all-reduce (sum) of per-tensor squared shard "
+            "norms over group grad-norm, divided by each tensor's number of copies"
+        )
+        info["evaluation"] = (
+            "full model gathered on rank 0 (full_tensor() on each holder mesh, then point-to-point "
+            "from the first holder), off the ledger; other ranks evaluate their own subnetwork"
+        )
+        info["formula"] = fsdp_formula_bytes(
+            self.mask, self._component_shapes(), self.reading, self.G, self._gather_itemsize(), self.cfg.grad_accum
+        )
         return info
 
     def _component_shapes(self) -> dict[int, list[tuple[int, ...]]]:
@@ -292,8 +306,15 @@ class ComposedBlockSDP(BlockSDP):
         return {"strategy": self.name, "mesh": mesh, "sdp": self.info}
 
 
-def fsdp_formula_bytes(mask: Mask, shapes: dict[int, list[tuple[int, ...]]], reading: str, g: int,
-                       gather_itemsize: int, micro_batches: int = 1, reduce_itemsize: int = 4) -> dict:
+def fsdp_formula_bytes(
+    mask: Mask,
+    shapes: dict[int, list[tuple[int, ...]]],
+    reading: str,
+    g: int,
+    gather_itemsize: int,
+    micro_batches: int = 1,
+    reduce_itemsize: int = 4,
+) -> dict:
     """Per-rank payload bytes of one step, by op, as the ledger counts them (FSDP2, reshard after forward).
 
     Each held block and the root (shared parts): all-gather forward and backward of its padded tensors
@@ -321,7 +342,8 @@ def fsdp_formula_bytes(mask: Mask, shapes: dict[int, list[tuple[int, ...]]], rea
         copies = g if reading == "worker" else 1
         payload += [ops] * copies
         wire += [sent] * copies
-    return {"payload_bytes_per_rank": payload, "wire_bytes_per_rank": wire,
-            "note": "per step, payload by op and ring wire bytes in total; the grad-norm all-reduce is recorded "
-                    "separately"}
-
+    return {
+        "payload_bytes_per_rank": payload,
+        "wire_bytes_per_rank": wire,
+        "note": "per step, payload by op and ring wire bytes in total; the grad-norm all-reduce is recorded separately",
+    }

@@ -87,9 +87,16 @@ class Mask:
     def describe(self) -> dict:
         """What the run record keeps about the mask."""
         counts = self.holder_counts()
-        return {"K": self.workers, "components": self.components, "C": self.coverage,
-                "effective_C": self.effective_coverage, "held": [list(h) for h in self.held],
-                "holder_counts": counts, "connected": self.is_connected(), "spectral_gap": self.spectral_gap()}
+        return {
+            "K": self.workers,
+            "components": self.components,
+            "C": self.coverage,
+            "effective_C": self.effective_coverage,
+            "held": [list(h) for h in self.held],
+            "holder_counts": counts,
+            "connected": self.is_connected(),
+            "spectral_gap": self.spectral_gap(),
+        }
 
 
 def held_count(components: int, coverage: float) -> int:
@@ -100,22 +107,27 @@ def held_count(components: int, coverage: float) -> int:
 def assign(components: int, workers: int, coverage: float) -> Mask:
     """The balanced cyclic mask of `workers` workers each holding a fraction `coverage` of `components`."""
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
-        raise ValueError(f"K (the number of SDP workers) must be a positive integer, got {workers!r}; "
-                         "run with --nproc K")
+        raise ValueError(
+            f"K (the number of SDP workers) must be a positive integer, got {workers!r}; run with --nproc K"
+        )
     if not isinstance(components, int) or components < 1:
         raise ValueError(f"the model has {components!r} maskable components; SDP needs at least one block")
     if not isinstance(coverage, (int, float)) or isinstance(coverage, bool) or not 0 < coverage <= 1:
-        raise ValueError(f"C must be in (0, 1] (the fraction of blocks each worker holds), got {coverage!r}; "
-                         "pass e.g. --set C=0.5")
+        raise ValueError(
+            f"C must be in (0, 1] (the fraction of blocks each worker holds), got {coverage!r}; pass e.g. --set C=0.5"
+        )
     n = held_count(components, coverage)
     if n < 1:
-        raise ValueError(f"C={coverage:g} gives each worker no block of {components}; "
-                         f"use --set C={1 / components:.3g} or more")
+        raise ValueError(
+            f"C={coverage:g} gives each worker no block of {components}; use --set C={1 / components:.3g} or more"
+        )
     if workers * n < components:
         needed = math.ceil(components / workers)
-        raise ValueError(f"C={coverage:g} with K={workers} workers leaves blocks without a holder "
-                         f"(K x round(C x L) = {workers} x {n} < L = {components}); use --set "
-                         f"C={needed / components:.3g} or more, or more workers")
+        raise ValueError(
+            f"C={coverage:g} with K={workers} workers leaves blocks without a holder "
+            f"(K x round(C x L) = {workers} x {n} < L = {components}); use --set "
+            f"C={needed / components:.3g} or more, or more workers"
+        )
     starts = [-(-i * components // workers) for i in range(workers)]  # ceil(i L / K), exactly
     held = tuple(tuple(sorted((s + k) % components for k in range(n))) for s in starts)
     return Mask(held, components, float(coverage))

@@ -49,8 +49,10 @@ class SkippedBlock(nn.Module):
 
 def _aggregation(value: object) -> str:
     if value not in AGGREGATIONS:
-        raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)}, got {value!r}; "
-                         "pass --set aggregation=groups or --set aggregation=dense")
+        raise ValueError(
+            f"aggregation must be one of {', '.join(AGGREGATIONS)}, got {value!r}; "
+            "pass --set aggregation=groups or --set aggregation=dense"
+        )
     return str(value)
 
 
@@ -131,7 +133,7 @@ def _flat(tensors: list[torch.Tensor]) -> torch.Tensor:
 def _scatter(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
     offset = 0
     for t in tensors:
-        t.copy_(flat[offset:offset + t.numel()].view_as(t))
+        t.copy_(flat[offset : offset + t.numel()].view_as(t))
         offset += t.numel()
 
 
@@ -140,9 +142,12 @@ class SubnetworkDP(Strategy):
 
     baseline = False
     forward_masked = True
-    params = {"C": _coverage, "K": _whole("K", 1, "the number of SDP workers, equal to --nproc"),
-              "aggregation": _aggregation,
-              "check_every": _whole("check_every", 0, "steps between holder checks; 0 turns them off")}
+    params = {
+        "C": _coverage,
+        "K": _whole("K", 1, "the number of SDP workers, equal to --nproc"),
+        "aggregation": _aggregation,
+        "check_every": _whole("check_every", 0, "steps between holder checks; 0 turns them off"),
+    }
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)
@@ -151,8 +156,10 @@ class SubnetworkDP(Strategy):
     # ---- checks and set-up ------------------------------------------------------------------------
     def check(self, world_size: int) -> None:
         if "K" in self.variant and self.variant["K"] != world_size:
-            raise ValueError(f"K={self.variant['K']} but the run has {world_size} workers; "
-                             f"drop --set K (it defaults to the number of workers) or use --nproc {self.variant['K']}")
+            raise ValueError(
+                f"K={self.variant['K']} but the run has {world_size} workers; "
+                f"drop --set K (it defaults to the number of workers) or use --nproc {self.variant['K']}"
+            )
         assign(self.count_components(), world_size, self.variant["C"])
 
     def count_components(self) -> int:
@@ -214,8 +221,11 @@ class SubnetworkDP(Strategy):
         self.names = list(self.component)  # full-model order
         self.trained = [n for n in self.names if n in trained]
         self.local = {**dict(model.named_buffers()), **trained}  # with bb-sdp's frozen blocks
-        self.buckets = [(ranks, group, [n for n in self.trained if self.holders(self.component[n]) == ranks])
-                        for ranks, group in self.groups.items() if ctx.rank in ranks]
+        self.buckets = [
+            (ranks, group, [n for n in self.trained if self.holders(self.component[n]) == ranks])
+            for ranks, group in self.groups.items()
+            if ctx.rank in ranks
+        ]
 
     def _local_params(self, model: nn.Module) -> dict[str, torch.Tensor]:
         """What this rank trains, by the names `component` uses."""
@@ -250,11 +260,11 @@ class SubnetworkDP(Strategy):
         flat = torch.zeros(sum(sizes), device=ctx.device, dtype=self.local[self.trained[0]].grad.dtype)
         offsets = dict(zip(self.names, torch.tensor([0, *sizes]).cumsum(0).tolist()))
         for n in self.trained:
-            flat[offsets[n]:offsets[n] + self.local[n].numel()].copy_(self.local[n].grad.reshape(-1))
+            flat[offsets[n] : offsets[n] + self.local[n].numel()].copy_(self.local[n].grad.reshape(-1))
         dist.all_reduce(flat)
         for n in self.trained:
             g = self.local[n].grad
-            g.copy_(flat[offsets[n]:offsets[n] + g.numel()].view_as(g)).div_(len(self.holders(self.component[n])))
+            g.copy_(flat[offsets[n] : offsets[n] + g.numel()].view_as(g)).div_(len(self.holders(self.component[n])))
 
     @torch.no_grad()
     def clip_grad_norm(self, model: nn.Module, max_norm: float, ctx: Context) -> None:
@@ -315,8 +325,9 @@ class SubnetworkDP(Strategy):
             if len(set(copies.values())) > 1:
                 name = "shared parts" if key[0] == SHARED else f"block {key[0]}"
                 shard = "" if slot is None else f"shard {slot} of "
-                raise RuntimeError(f"SDP holders diverged after step {step}: {shard}{name} differs across ranks "
-                                   f"{sorted(copies)}")
+                raise RuntimeError(
+                    f"SDP holders diverged after step {step}: {shard}{name} differs across ranks {sorted(copies)}"
+                )
         self.info["holder_checks"] = self.info.get("holder_checks", 0) + 1
 
     @torch.no_grad()
@@ -363,14 +374,16 @@ class SubnetworkDP(Strategy):
             "shared": shared,
             "always_held_blocks": self.always_held_blocks,
             "shared_params": sum(self.numel[n] for n in shared),
-            "block_params": [sum(self.numel[n] for n in self.names if self.component[n] == b)
-                             for b in range(self.mask.components)],
+            "block_params": [
+                sum(self.numel[n] for n in self.names if self.component[n] == b) for b in range(self.mask.components)
+            ],
             "optimizer_state_of_non_held": False,
             "grad_clip": "norm of the whole aggregated gradient (all-reduce max of per-tensor norms, group grad-norm)",
             "evaluation": "full model assembled on rank 0 from the first holder of each block (point-to-point, "
-                          "off the ledger); other ranks evaluate their own subnetwork, which the record does not use",
-            "formula": formula_bytes(self.mask, self._component_bytes(), self.variant["aggregation"],
-                                     self.forward_masked),
+            "off the ledger); other ranks evaluate their own subnetwork, which the record does not use",
+            "formula": formula_bytes(
+                self.mask, self._component_bytes(), self.variant["aggregation"], self.forward_masked
+            ),
         }
 
     def _component_bytes(self) -> dict[int, int]:
@@ -408,10 +421,14 @@ def formula_bytes(mask: Mask, component_bytes: dict[int, int], aggregation: str,
         payload.append(p)
         wire.append(w)
     ddp = 2 * total * (k - 1) / k
-    return {"payload_bytes_per_rank": payload, "wire_bytes_per_rank": wire, "ddp_wire_bytes_per_rank": ddp,
-            "ddp_payload_bytes_per_rank": total if k > 1 else 0,
-            "note": "per step, gradient aggregation (and bb-sdp's parameter refresh); the grad-norm all-reduce "
-                    "is recorded separately"}
+    return {
+        "payload_bytes_per_rank": payload,
+        "wire_bytes_per_rank": wire,
+        "ddp_wire_bytes_per_rank": ddp,
+        "ddp_payload_bytes_per_rank": total if k > 1 else 0,
+        "note": "per step, gradient aggregation (and bb-sdp's parameter refresh); the grad-norm all-reduce "
+        "is recorded separately",
+    }
 
 
 class BlockSDP(SubnetworkDP):

@@ -56,13 +56,22 @@ class Recipe:
 
 
 RECIPES: dict[type[nn.Module], Recipe] = {
-    Block: Recipe((("feed_forward.w1", 0), ("feed_forward.w3", 0), ("feed_forward.w2", 1)), "MLP neuron group",
-                  "embeddings, attention, attention and MLP norms, final norm, head"),
-    SwinTransformerBlock: Recipe((("mlp.0", 0), ("mlp.3", 1)), "MLP neuron group",
-                                 "patch embedding, attention, norms, MLP output bias, patch merging, head"),
-    BasicBlock: Recipe((("conv1", 0), ("bn1", 0), ("conv2", 1)), "conv channel group",
-                       "stem, bn2 (a block's output channels stay whole for the residual add; conv2 is split by "
-                       "its input channels), downsample shortcuts, head"),
+    Block: Recipe(
+        (("feed_forward.w1", 0), ("feed_forward.w3", 0), ("feed_forward.w2", 1)),
+        "MLP neuron group",
+        "embeddings, attention, attention and MLP norms, final norm, head",
+    ),
+    SwinTransformerBlock: Recipe(
+        (("mlp.0", 0), ("mlp.3", 1)),
+        "MLP neuron group",
+        "patch embedding, attention, norms, MLP output bias, patch merging, head",
+    ),
+    BasicBlock: Recipe(
+        (("conv1", 0), ("bn1", 0), ("conv2", 1)),
+        "conv channel group",
+        "stem, bn2 (a block's output channels stay whole for the residual add; conv2 is split by "
+        "its input channels), downsample shortcuts, head",
+    ),
 }
 
 
@@ -70,9 +79,11 @@ def neuron_layers(model: nn.Module) -> list[tuple[str, Recipe]]:
     """(block name, its recipe) for every block with a neuron layer, in forward order."""
     layers = [(name, RECIPES[type(m)]) for name, m in model.named_modules() if type(m) in RECIPES]
     if not layers:
-        raise ValueError(f"n-sdp masks the MLP neurons or conv channels of LLaMA, ResNet/WRN or Swin blocks, and "
-                         f"{type(model).__name__} has none; use --model llama-tiny (or another llama-*), resnet18, "
-                         "wrn18 or swin-t")
+        raise ValueError(
+            f"n-sdp masks the MLP neurons or conv channels of LLaMA, ResNet/WRN or Swin blocks, and "
+            f"{type(model).__name__} has none; use --model llama-tiny (or another llama-*), resnet18, "
+            "wrn18 or swin-t"
+        )
     return layers
 
 
@@ -96,8 +107,9 @@ def check_groups(model: nn.Module, groups: int) -> None:
     for block, recipe in neuron_layers(model):
         width = layer_width(model, block, recipe)
         if groups > width:
-            raise ValueError(f"groups={groups} is more than the {width} neurons of {block}; "
-                             f"use --set groups={width} or fewer")
+            raise ValueError(
+                f"groups={groups} is more than the {width} neurons of {block}; use --set groups={width} or fewer"
+            )
 
 
 def _neuron_tensors(module: nn.Module, dim: int) -> list[tuple[str, torch.Tensor]]:
@@ -130,8 +142,9 @@ def local_starts(bounds: list[tuple[int, int]], keep: set[int]) -> dict[int, int
 def _narrow(module: nn.Module, dim: int, index: torch.Tensor) -> None:
     for name, t in _neuron_tensors(module, dim):
         kept = t.detach().index_select(dim, index.to(t.device))
-        setattr(module, name, nn.Parameter(kept, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter)
-                else kept)
+        setattr(
+            module, name, nn.Parameter(kept, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else kept
+        )
     for attr in SIZE_ATTRS[dim]:
         if hasattr(module, attr):
             setattr(module, attr, len(index))
@@ -182,8 +195,10 @@ class NeuronSDP(SubnetworkDP):
     """N-SDP: groups of MLP neurons or conv channels, forward masking, the same groups in every layer."""
 
     name = "n-sdp"
-    params = {**SubnetworkDP.params,
-              "groups": _whole("groups", 1, "neuron groups per layer, the components the mask is over")}
+    params = {
+        **SubnetworkDP.params,
+        "groups": _whole("groups", 1, "neuron groups per layer, the components the mask is over"),
+    }
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)
@@ -239,8 +254,9 @@ class NeuronSDP(SubnetworkDP):
                 theirs[name].copy_(t)
         return full if full is not None else model
 
-    def _gather_groups(self, local: torch.Tensor, target: torch.Tensor | None, dim: int,
-                       bounds: list[tuple[int, int]]) -> None:
+    def _gather_groups(
+        self, local: torch.Tensor, target: torch.Tensor | None, dim: int, bounds: list[tuple[int, int]]
+    ) -> None:
         starts = local_starts(bounds, self.mine)
         for g, (start, length) in enumerate(bounds):
             src = self.mask.holders[g][0]
@@ -264,12 +280,18 @@ class NeuronSDP(SubnetworkDP):
             "groups": groups,
             "assignment": "the same in every layer: component j is group j of every neuron layer",
             "always_held": recipe.always_held,
-            "neuron_layers": [{"block": block, "modules": [m for m, _ in _modules(block, r)], "neurons": width,
-                               "group_sizes": [n for _, n in group_bounds(width, groups)]}
-                              for (block, r), width in zip(self.layers, self.widths)],
+            "neuron_layers": [
+                {
+                    "block": block,
+                    "modules": [m for m, _ in _modules(block, r)],
+                    "neurons": width,
+                    "group_sizes": [n for _, n in group_bounds(width, groups)],
+                }
+                for (block, r), width in zip(self.layers, self.widths)
+            ],
             "slicing": "cut modules rebuilt from index_select copies of the held neurons on the host, before the "
-                       "model moves to the device",
+            "model moves to the device",
             "evaluation": "full model assembled on rank 0, each neuron group of each cut tensor from the group's "
-                          "first holder (point-to-point, off the ledger), the rest from rank 0; BatchNorm running "
-                          "statistics are not averaged",
+            "first holder (point-to-point, off the ledger), the rest from rank 0; BatchNorm running "
+            "statistics are not averaged",
         }

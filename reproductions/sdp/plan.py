@@ -29,8 +29,7 @@ from suite.meters.flops import FlopMeter
 from suite.models import build_model
 from suite.plans import Estimate, Plan
 
-SMOKE = dict(model="llama-tiny", device="cpu", seq_len=128, micro_batch=4, eval_every=10, eval_batches=4,
-             log_every=10)
+SMOKE = dict(model="llama-tiny", device="cpu", seq_len=128, micro_batch=4, eval_every=10, eval_batches=4, log_every=10)
 SMOKE_STEPS, SMOKE_WORKERS = 20, 4
 EVALS = dict(evals="heldout_next", eval_limit=150)  # 1,296 documents take 100 s per run here; 150 about 13
 # ResNet-18 has 5 blocks that keep their input's shape (the maskable ones): C=0.6 holds 3 of them. It trains
@@ -81,8 +80,11 @@ def _quality_arms(common: dict, workers: int, steps: int, seeds: tuple[int, ...]
     equal, matched = _budgets(common, workers, steps)
     # downstream scores for the FLOP-matched comparison only (DDP's equal-steps runs are its baseline)
     arms = [("ddp", {}, equal, EVALS), ("b-sdp", {"C": 0.5}, matched, EVALS), ("b-sdp", {"C": 0.75}, equal, {})]
-    return [RunConfig(method=m, nproc=workers, seed=s, variant=v, **common, **evals, **budget)
-            for s in seeds for m, v, budget, evals in arms]
+    return [
+        RunConfig(method=m, nproc=workers, seed=s, variant=v, **common, **evals, **budget)
+        for s in seeds
+        for m, v, budget, evals in arms
+    ]
 
 
 def _mechanism_arms(common: dict, workers: int, steps: int) -> list[RunConfig]:
@@ -91,9 +93,14 @@ def _mechanism_arms(common: dict, workers: int, steps: int) -> list[RunConfig]:
     Reading (a) of SDP+FSDP (fsdp=worker) runs in the tests and the paper-scale estimates, not here: the
     smoke preset must finish within 20 minutes on 2 cores."""
     equal, matched = _budgets(common, workers, steps)
-    arms = [("b-sdp", {"C": 0.5}, equal, False), ("b-sdp", {"C": 0.75, "aggregation": "dense"}, equal, False),
-            ("bb-sdp", {"C": 0.5}, equal, False), ("n-sdp", {"C": 0.5}, matched, False),
-            ("fsdp", {}, equal, True), ("b-sdp", {"C": 0.5, "fsdp": "holders"}, equal, True)]
+    arms = [
+        ("b-sdp", {"C": 0.5}, equal, False),
+        ("b-sdp", {"C": 0.75, "aggregation": "dense"}, equal, False),
+        ("bb-sdp", {"C": 0.5}, equal, False),
+        ("n-sdp", {"C": 0.5}, matched, False),
+        ("fsdp", {}, equal, True),
+        ("b-sdp", {"C": 0.5, "fsdp": "holders"}, equal, True),
+    ]
     return [RunConfig(method=m, nproc=workers, variant=v, ac=ac, **common, **budget) for m, v, budget, ac in arms]
 
 
@@ -103,9 +110,14 @@ def _vision_arms() -> list[RunConfig]:
 
 
 def _estimates() -> list[Estimate]:
-    return [Estimate(RunConfig(method=method, model=model, variant=dict(variant), ac=ac, **ESTIMATE),
-                     gpus_per_node=ESTIMATE_GPUS_PER_NODE, topologies=(ESTIMATE_TOPOLOGY,) if projected else ())
-            for model, method, variant, ac, projected in ESTIMATES]
+    return [
+        Estimate(
+            RunConfig(method=method, model=model, variant=dict(variant), ac=ac, **ESTIMATE),
+            gpus_per_node=ESTIMATE_GPUS_PER_NODE,
+            topologies=(ESTIMATE_TOPOLOGY,) if projected else (),
+        )
+        for model, method, variant, ac, projected in ESTIMATES
+    ]
 
 
 def _seeds(default: int) -> tuple[int, ...]:
@@ -113,15 +125,19 @@ def _seeds(default: int) -> tuple[int, ...]:
 
 
 def _smoke() -> list[RunConfig]:
-    return [*_quality_arms(SMOKE, SMOKE_WORKERS, SMOKE_STEPS, _seeds(3)),
-            *_mechanism_arms(SMOKE, SMOKE_WORKERS, SMOKE_STEPS), *_vision_arms()]
+    return [
+        *_quality_arms(SMOKE, SMOKE_WORKERS, SMOKE_STEPS, _seeds(3)),
+        *_mechanism_arms(SMOKE, SMOKE_WORKERS, SMOKE_STEPS),
+        *_vision_arms(),
+    ]
 
 
 def _gpu() -> list[RunConfig]:
     gpus = torch.cuda.device_count()
     if gpus < 2:
-        raise ValueError(f"the sdp gpu preset needs at least 2 GPUs (one per SDP worker), found {gpus}; "
-                         "use --preset smoke")
+        raise ValueError(
+            f"the sdp gpu preset needs at least 2 GPUs (one per SDP worker), found {gpus}; use --preset smoke"
+        )
     return [*_quality_arms(GPU, gpus, GPU_STEPS, _seeds(3)), *_mechanism_arms(GPU, gpus, GPU_STEPS)]
 
 
@@ -130,8 +146,9 @@ def _paper() -> list[RunConfig]:
     for model, c, steps in PAPER_RUNS:
         tokens = steps * PAPER_WORKERS * PAPER["micro_batch"] * PAPER["seq_len"]
         for method, variant in (("ddp", {}), ("b-sdp", {"C": c})):
-            runs.append(RunConfig(method=method, model=model, nproc=PAPER_WORKERS, variant=variant, tokens=tokens,
-                                  **PAPER))
+            runs.append(
+                RunConfig(method=method, model=model, nproc=PAPER_WORKERS, variant=variant, tokens=tokens, **PAPER)
+            )
     return runs
 
 
@@ -145,5 +162,12 @@ def plan(preset: str) -> Plan:
     notes = []
     if preset == "smoke" and len(_seeds(3)) < 3:
         notes.append(f"{len(_seeds(3))} seed(s) per quality arm: the quality cards need 3 (SDP_SEEDS=3)")
-    return Plan("sdp", preset, runs, protocol="equal steps (tokens) and FLOP-matched (flops), same global batch",
-                claims=Path(__file__).with_name("claims.yaml"), notes=notes, estimates=estimates)
+    return Plan(
+        "sdp",
+        preset,
+        runs,
+        protocol="equal steps (tokens) and FLOP-matched (flops), same global batch",
+        claims=Path(__file__).with_name("claims.yaml"),
+        notes=notes,
+        estimates=estimates,
+    )

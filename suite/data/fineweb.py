@@ -41,9 +41,7 @@ def fineweb_text(
         texts, source = _hub_texts(name, config), f"{REPOS[name]} {config} (streamed from the Hub)"
     else:
         files = _parquet_files(Path(data_root), name)
-        texts = datasets.load_dataset(
-            "parquet", data_files=[str(f) for f in files], split="train", streaming=streaming
-        )
+        texts = datasets.load_dataset("parquet", data_files=[str(f) for f in files], split="train", streaming=streaming)
         source = f"{REPOS[name]} local parquet: {data_root} ({len(files)} files)"
     docs = _first_bytes(_text_column(texts), max_tokens)
     if len(docs) < 2:
@@ -55,8 +53,7 @@ def fineweb_text(
     return TokenData(
         name=name,
         source=f"{source}, first {max_tokens} bytes",
-        split_rule=f"documents in stored order; the last {n_val} of {len(docs)} ({val_fraction:.0%}) "
-        "held out as val",
+        split_rule=f"documents in stored order; the last {n_val} of {len(docs)} ({val_fraction:.0%}) held out as val",
         train=to_tokens(docs[:-n_val]),
         val=to_tokens(docs[-n_val:]),
     )
@@ -84,9 +81,7 @@ def _hub_texts(name: str, config: str) -> Iterable[dict]:
     try:
         huggingface_hub.HfApi().dataset_info(REPOS[name], timeout=PROBE_TIMEOUT_S)
     except Exception as e:  # any failure to reach the Hub means streaming cannot start
-        raise ConnectionError(
-            f"cannot reach the Hub for {REPOS[name]} ({type(e).__name__}: {e}); {how}"
-        ) from e
+        raise ConnectionError(f"cannot reach the Hub for {REPOS[name]} ({type(e).__name__}: {e}); {how}") from e
     return datasets.load_dataset(REPOS[name], name=config, split="train", streaming=True)
 
 

@@ -53,9 +53,7 @@ class ImageData:
         (seed, step), whole on every rank and then sliced, so it does not depend on the split among ranks.
         """
         picked = rows(global_batch, start, count)
-        index = torch.randint(
-            0, len(self.train_labels), (global_batch,), generator=step_generator(seed, step)
-        )
+        index = torch.randint(0, len(self.train_labels), (global_batch,), generator=step_generator(seed, step))
         return self._normalised(self.train_images, self.train_labels, index[picked])
 
     def val_batches(self, n_batches: int, batch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -108,8 +106,7 @@ def embedded_images() -> ImageData:
         name="digits",
         source=f"scikit-learn {sklearn.__version__} load_digits ({len(labels)} 8x8 images, embedded), "
         f"bilinear to {SIZE}x{SIZE}, grey replicated to {CHANNELS} channels, uint8",
-        split_rule=f"stratified by class, {VAL_FRACTION:.0%} val, "
-        f"sklearn train_test_split random_state={SPLIT_SEED}",
+        split_rule=f"stratified by class, {VAL_FRACTION:.0%} val, sklearn train_test_split random_state={SPLIT_SEED}",
         train_images=images[train],
         train_labels=labels[train],
         val_images=images[val],

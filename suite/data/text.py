@@ -55,9 +55,7 @@ class TokenData:
         )
         return self._windows(self.train, starts[picked], seq_len)
 
-    def val_batches(
-        self, n_batches: int, batch: int, seq_len: int
-    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def val_batches(self, n_batches: int, batch: int, seq_len: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Fixed evaluation windows, evenly spaced over the val split (no randomness at all)."""
         if n_batches < 1 or batch < 1:
             raise ValueError(f"n_batches and batch must be >= 1, got {n_batches} and {batch}")
@@ -91,9 +89,7 @@ class TokenData:
         return n
 
     @staticmethod
-    def _windows(
-        tokens: torch.Tensor, starts: torch.Tensor, seq_len: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _windows(tokens: torch.Tensor, starts: torch.Tensor, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
         chunk = tokens[starts[:, None] + torch.arange(seq_len + 1)].long()
         return chunk[:, :-1], chunk[:, 1:]
 

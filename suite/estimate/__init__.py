@@ -69,12 +69,15 @@ def estimate(cfg: RunConfig, gpus_per_node: int = 8, ranks: Literal["auto", "all
     checked = sampled_ranks(world) if ranks == "auto" else []
     others = [estimate_rank(cfg, r, gpus_per_node, step=False) for r in checked]
     if ranks == "auto" and all(o.signature == first.signature for o in others):
-        symmetry = (f"ranks {', '.join(map(str, [0, *checked]))} have the same local tensors (names, storage "
-                    f"bytes, dtypes) and groups (sizes, tiers); rank 0 stands for all {world}")
+        symmetry = (
+            f"ranks {', '.join(map(str, [0, *checked]))} have the same local tensors (names, storage "
+            f"bytes, dtypes) and groups (sizes, tiers); rank 0 stands for all {world}"
+        )
         if any(o.numels != first.numels for o in others):
             bound = all(n <= first.numels[k] for o in others for k, n in o.numels.items())
-            symmetry += ("; some ranks use less of that storage (uneven shards), so their optimizer state "
-                         + ("is smaller: rank 0's numbers are their upper bound" if bound else "differs"))
+            symmetry += "; some ranks use less of that storage (uneven shards), so their optimizer state " + (
+                "is smaller: rank 0's numbers are their upper bound" if bound else "differs"
+            )
         estimated, stands_for = [first], dict.fromkeys(range(world), 0)
     else:
         symmetry = None

@@ -23,11 +23,20 @@ from suite.records import summary_row
 
 EXACT = 0.0
 ACTIVATIONS = 0.05
-JUDGED_MEMORY = {"params": EXACT, "grads": EXACT, "optimizer": EXACT, "activations": ACTIVATIONS,
-                 "peak_bytes": None, "other": None}
+JUDGED_MEMORY = {
+    "params": EXACT,
+    "grads": EXACT,
+    "optimizer": EXACT,
+    "activations": ACTIVATIONS,
+    "peak_bytes": None,
+    "other": None,
+}
 MEMORY_PER_STEP = ("peak_bytes", "params", "grads", "optimizer", "activations")
-PER_STEP = {**{q: JUDGED_MEMORY[q] for q in MEMORY_PER_STEP},
-            "comm_bytes_per_rank_step": EXACT, "flops_per_step": EXACT}
+PER_STEP = {
+    **{q: JUDGED_MEMORY[q] for q in MEMORY_PER_STEP},
+    "comm_bytes_per_rank_step": EXACT,
+    "flops_per_step": EXACT,
+}
 # settings that change memory, bytes or FLOPs besides the variant (method parameters, ac, precision)
 CONFIG_SETTINGS = ("seq_len", "optimizer")
 
@@ -56,9 +65,21 @@ class Row:
 def measured_config(estimated: dict, cfg: RunConfig, device: str, results: str | Path) -> RunConfig:
     """`cfg` as a real run of the estimate's steps on `device`, with the cheapest closing evaluation."""
     return dataclasses.replace(
-        cfg, device=device, nproc=estimated["parallel"]["world_size"], tokens=float(estimated["totals"]["tokens"]),
-        flops=None, time_s=None, target=None, meters=True, run_id=None, results=str(results),
-        eval_every=estimated["totals"]["steps"] + 1, eval_batches=1, eval_batch=1, variant=dict(cfg.variant))
+        cfg,
+        device=device,
+        nproc=estimated["parallel"]["world_size"],
+        tokens=float(estimated["totals"]["tokens"]),
+        flops=None,
+        time_s=None,
+        target=None,
+        meters=True,
+        run_id=None,
+        results=str(results),
+        eval_every=estimated["totals"]["steps"] + 1,
+        eval_batches=1,
+        eval_batch=1,
+        variant=dict(cfg.variant),
+    )
 
 
 def measure_beside(estimated: dict, cfg: RunConfig, device: str, results: str | Path) -> dict:
@@ -80,8 +101,10 @@ def _per_rank(section: dict, estimated: dict) -> dict[int, dict]:
 
 def compare(estimated: dict, measured: dict) -> list[Row]:
     """Row by row: totals, each rank's collectives and memory categories."""
-    rows = [Row(q, None, estimated["totals"][q], measured["totals"].get(q, 0), EXACT)
-            for q in ("steps", "tokens", "flops", "hardware_flops")]
+    rows = [
+        Row(q, None, estimated["totals"][q], measured["totals"].get(q, 0), EXACT)
+        for q in ("steps", "tokens", "flops", "hardware_flops")
+    ]
     est_comm, est_mem = _per_rank(estimated["comm"], estimated), _per_rank(estimated["memory"], estimated)
     for entry in measured["comm"]["per_rank"]:
         rank = entry["rank"]
@@ -89,8 +112,10 @@ def compare(estimated: dict, measured: dict) -> list[Row]:
         for op in entry["ops"]:
             key = (op["op"], op["group"])
             ours = mine.pop(key, {"count": 0, "bytes": 0})
-            rows += [Row(f"{op['op']}@{op['group']} {field}", rank, ours[field], op[field], EXACT)
-                     for field in ("count", "bytes")]
+            rows += [
+                Row(f"{op['op']}@{op['group']} {field}", rank, ours[field], op[field], EXACT)
+                for field in ("count", "bytes")
+            ]
         rows += [Row(f"{o['op']}@{o['group']} bytes", rank, o["bytes"], 0, EXACT) for o in mine.values()]
     for entry in measured["memory"]["per_rank"]:
         rank = entry["rank"]
@@ -103,11 +128,20 @@ def config_key(record: dict) -> str:
     """What two records must share to be the same configuration; seed, device, steps and reproduction
     may differ (an estimate's numbers do not depend on them)."""
     parallel, settings = record["parallel"], record.get("settings", {})
-    return json.dumps({
-        "method": record["method"], "model": record["model"]["name"], "params": record["model"]["params"],
-        "variant": record["variant"], "world_size": parallel["world_size"], "micro_batch": parallel["micro_batch"],
-        "grad_accum": parallel["grad_accum"], "global_batch_tokens": parallel["global_batch_tokens"],
-        **{k: settings.get(k) for k in CONFIG_SETTINGS}}, sort_keys=True)
+    return json.dumps(
+        {
+            "method": record["method"],
+            "model": record["model"]["name"],
+            "params": record["model"]["params"],
+            "variant": record["variant"],
+            "world_size": parallel["world_size"],
+            "micro_batch": parallel["micro_batch"],
+            "grad_accum": parallel["grad_accum"],
+            "global_batch_tokens": parallel["global_batch_tokens"],
+            **{k: settings.get(k) for k in CONFIG_SETTINGS},
+        },
+        sort_keys=True,
+    )
 
 
 def per_step(record: dict) -> dict[str, float | None]:
@@ -132,6 +166,7 @@ def format_comparison(rows: list[Row]) -> str:
     for r in rows:
         ratio = "-" if r.ratio is None else f"{r.ratio:.4f}"
         rank = "all" if r.rank is None else str(r.rank)
-        lines.append(f"{r.quantity[:33]:<34}{rank:>5}{r.estimated:>20,.0f}{r.measured:>20,.0f}{ratio:>9}  "
-                     f"{verdict[r.ok]}")
+        lines.append(
+            f"{r.quantity[:33]:<34}{rank:>5}{r.estimated:>20,.0f}{r.measured:>20,.0f}{ratio:>9}  {verdict[r.ok]}"
+        )
     return "\n".join(lines)

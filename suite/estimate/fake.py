@@ -54,8 +54,10 @@ def fake_world(rank: int, world_size: int, gpus_per_node: int) -> Iterator[None]
     dist.init_process_group(BACKEND, store=FakeStore(), rank=rank, world_size=world_size)
     try:
         # torchrun's variable: the ledger's tiers and HSDP's default shard size read it
-        with mock.patch.dict(os.environ, {"LOCAL_WORLD_SIZE": str(gpus_per_node)}), \
-                mock.patch.object(dist, "new_group", fake_new_group):
+        with (
+            mock.patch.dict(os.environ, {"LOCAL_WORLD_SIZE": str(gpus_per_node)}),
+            mock.patch.object(dist, "new_group", fake_new_group),
+        ):
             yield
     finally:
         dist.destroy_process_group()
@@ -95,8 +97,12 @@ class _Shims(TorchDispatchMode):
                 out = func(*args, **kwargs)
         else:
             out = func(*args, **kwargs)
-        if func.namespace == "c10d" and isinstance(out, tuple) and len(out) == 2 \
-                and isinstance(out[1], torch.ScriptObject):
+        if (
+            func.namespace == "c10d"
+            and isinstance(out, tuple)
+            and len(out) == 2
+            and isinstance(out[1], torch.ScriptObject)
+        ):
             return _completed(out)
         return out
 
@@ -145,12 +151,17 @@ class FakeTensors:
     def active(self) -> Iterator[None]:
         """Tensors made inside are fake; meta tensors and real inputs stay real."""
         with ExitStack() as stack:
-            stack.enter_context(mock.patch.object(torch.utils, "swap_tensors",
-                                                  self._swap_tensors(torch.utils.swap_tensors)))
-            stack.enter_context(mock.patch.object(dist, "_verify_params_across_processes",
-                                                  self._unfaked(dist._verify_params_across_processes)))
-            stack.enter_context(mock.patch.object(dist.Reducer, "_rebuild_buckets",
-                                                  self._with_real_ints(dist.Reducer._rebuild_buckets)))
+            stack.enter_context(
+                mock.patch.object(torch.utils, "swap_tensors", self._swap_tensors(torch.utils.swap_tensors))
+            )
+            stack.enter_context(
+                mock.patch.object(
+                    dist, "_verify_params_across_processes", self._unfaked(dist._verify_params_across_processes)
+                )
+            )
+            stack.enter_context(
+                mock.patch.object(dist.Reducer, "_rebuild_buckets", self._with_real_ints(dist.Reducer._rebuild_buckets))
+            )
             was_swapping = torch.__future__.get_swap_module_params_on_conversion()
             torch.__future__.set_swap_module_params_on_conversion(True)
             stack.callback(torch.__future__.set_swap_module_params_on_conversion, was_swapping)

@@ -61,9 +61,11 @@ def signature(worker: Worker) -> tuple:
     last ranks' shorter views share the padded size of everyone else's (see `short_views`).
     """
     model = worker.model
-    tensors = tuple((kind, name, local_tensor(t).untyped_storage().nbytes(), str(t.dtype))
-                    for kind, named in (("param", model.named_parameters()), ("buffer", model.named_buffers()))
-                    for name, t in named)
+    tensors = tuple(
+        (kind, name, local_tensor(t).untyped_storage().nbytes(), str(t.dtype))
+        for kind, named in (("param", model.named_parameters()), ("buffer", model.named_buffers()))
+        for name, t in named
+    )
     groups = tuple(sorted((g["name"], g["size"], g["tier"]) for g in worker.ctx.groups))
     return tensors, groups
 

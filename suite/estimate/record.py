@@ -27,8 +27,14 @@ def _memory_method(method: str) -> str:
     return f"estimated: {tracker}, on fake tensors (no data, no allocator; no RSS)"
 
 
-def build_record(ranks: list[RankEstimate], stands_for: dict[int, int], symmetry: str | None,
-                 checked: list[int], gpus_per_node: int, wall_s: float) -> dict:
+def build_record(
+    ranks: list[RankEstimate],
+    stands_for: dict[int, int],
+    symmetry: str | None,
+    checked: list[int],
+    gpus_per_node: int,
+    wall_s: float,
+) -> dict:
     """The record of an estimate; `stands_for[r]` is the estimated rank whose numbers rank r takes."""
     by_rank = {est.rank: est for est in ranks}
     first = ranks[0]
@@ -38,49 +44,86 @@ def build_record(ranks: list[RankEstimate], stands_for: dict[int, int], symmetry
     per_step_hw = sum(by_rank[stands_for[r]].hardware_flops for r in stands_for)
     tokens = steps * rec["parallel"]["global_batch_tokens"]
     listed = sorted(by_rank) if symmetry else sorted(stands_for)
-    rec.update({
-        "status": "complete",
-        "provenance": "estimated",
-        "curve": [],
-        "protocol": {"kind": "tokens", "budget": tokens, "target": None, "reached": True},
-        "totals": {"steps": steps, "tokens": tokens, "flops": steps * per_step,
-                   "hardware_flops": steps * per_step_hw, "wall_s": 0.0},
-        "memory": {"method": _memory_method(first.memory["method"]),
-                   "per_rank": [_memory_row(by_rank[stands_for[r]], r) for r in listed]},
-        "comm": {"method": f"{COMM_METHOD}; counted on the fake process group", "steps": first.comm_steps,
-                 "per_rank": [{"rank": r, "ops": by_rank[stands_for[r]].comm} for r in listed]},
-        "throughput": {"tokens_per_s": None, "samples_per_s": None, "step_s": None, "mfu": None},
-        "flops_method": (f"FlopCounterMode on fake tensors, step {rec['settings']['flop_step']} of each estimated "
-                         "rank; totals = steps x the sum over all ranks, each rank counted as the estimated "
-                         "rank of its signature"),
-        "estimate": {"estimated_ranks": sorted(by_rank), "checked_ranks": checked, "symmetry": symmetry,
-                     "steps": steps, "gpus_per_node": gpus_per_node, "wall_s": wall_s,
-                     "flops_per_rank_step": {str(r): by_rank[r].model_flops for r in sorted(by_rank)},
-                     "hardware_flops_per_rank_step": {str(r): by_rank[r].hardware_flops for r in sorted(by_rank)}},
-    })
-    rec["env"].update({"backend": BACKEND, "device": "cpu", "device_name": FAKE_DEVICE_NAME, "peak_flops": None,
-                       "gpus_per_node": gpus_per_node})
+    rec.update(
+        {
+            "status": "complete",
+            "provenance": "estimated",
+            "curve": [],
+            "protocol": {"kind": "tokens", "budget": tokens, "target": None, "reached": True},
+            "totals": {
+                "steps": steps,
+                "tokens": tokens,
+                "flops": steps * per_step,
+                "hardware_flops": steps * per_step_hw,
+                "wall_s": 0.0,
+            },
+            "memory": {
+                "method": _memory_method(first.memory["method"]),
+                "per_rank": [_memory_row(by_rank[stands_for[r]], r) for r in listed],
+            },
+            "comm": {
+                "method": f"{COMM_METHOD}; counted on the fake process group",
+                "steps": first.comm_steps,
+                "per_rank": [{"rank": r, "ops": by_rank[stands_for[r]].comm} for r in listed],
+            },
+            "throughput": {"tokens_per_s": None, "samples_per_s": None, "step_s": None, "mfu": None},
+            "flops_method": (
+                f"FlopCounterMode on fake tensors, step {rec['settings']['flop_step']} of each estimated "
+                "rank; totals = steps x the sum over all ranks, each rank counted as the estimated "
+                "rank of its signature"
+            ),
+            "estimate": {
+                "estimated_ranks": sorted(by_rank),
+                "checked_ranks": checked,
+                "symmetry": symmetry,
+                "steps": steps,
+                "gpus_per_node": gpus_per_node,
+                "wall_s": wall_s,
+                "flops_per_rank_step": {str(r): by_rank[r].model_flops for r in sorted(by_rank)},
+                "hardware_flops_per_rank_step": {str(r): by_rank[r].hardware_flops for r in sorted(by_rank)},
+            },
+        }
+    )
+    rec["env"].update(
+        {
+            "backend": BACKEND,
+            "device": "cpu",
+            "device_name": FAKE_DEVICE_NAME,
+            "peak_flops": None,
+            "gpus_per_node": gpus_per_node,
+        }
+    )
     return rec
 
 
 def format_estimate(rec: dict) -> str:
     """The estimate as text: memory per rank, FLOPs and bytes per step."""
     est, steps = rec["estimate"], rec["totals"]["steps"]
-    gib = 2 ** 30
-    lines = [f"ESTIMATED (fake tensors, fake process group): {rec['method']} {rec['model']['name']} "
-             f"({rec['model']['params']:,} params) on {rec['parallel']['world_size']} ranks, "
-             f"{est['gpus_per_node']} per node; {steps} steps, {est['wall_s']:.1f} s",
-             f"  ranks: {est['symmetry'] or 'every rank estimated'}",
-             f"  {'rank':>5}" + "".join(f"{c:>13}" for c in ("peak GiB", "params", "grads", "optimizer",
-                                                             "activations", "other"))]
+    gib = 2**30
+    lines = [
+        f"ESTIMATED (fake tensors, fake process group): {rec['method']} {rec['model']['name']} "
+        f"({rec['model']['params']:,} params) on {rec['parallel']['world_size']} ranks, "
+        f"{est['gpus_per_node']} per node; {steps} steps, {est['wall_s']:.1f} s",
+        f"  ranks: {est['symmetry'] or 'every rank estimated'}",
+        f"  {'rank':>5}"
+        + "".join(f"{c:>13}" for c in ("peak GiB", "params", "grads", "optimizer", "activations", "other")),
+    ]
     for m in rec["memory"]["per_rank"]:
-        lines.append(f"  {m['rank']:>5}" + "".join(f"{m[c] / gib:>13.3f}" for c in (
-            "peak_bytes", "params", "grads", "optimizer", "activations", "other")))
-    lines.append(f"  FLOPs per step, all ranks: model {rec['totals']['flops'] / steps:.4g}, "
-                 f"hardware {rec['totals']['hardware_flops'] / steps:.4g}")
+        lines.append(
+            f"  {m['rank']:>5}"
+            + "".join(
+                f"{m[c] / gib:>13.3f}" for c in ("peak_bytes", "params", "grads", "optimizer", "activations", "other")
+            )
+        )
+    lines.append(
+        f"  FLOPs per step, all ranks: model {rec['totals']['flops'] / steps:.4g}, "
+        f"hardware {rec['totals']['hardware_flops'] / steps:.4g}"
+    )
     comm_steps = rec["comm"]["steps"]
     for entry in rec["comm"]["per_rank"][:1]:
         for op in entry["ops"]:
-            lines.append(f"  rank {entry['rank']}: {op['op']} on {op['group']} ({op['group_size']}, {op.get('tier')}): "
-                         f"{op['count'] / comm_steps:g} calls, {op['bytes'] / comm_steps / 2 ** 20:,.1f} MiB per step")
+            lines.append(
+                f"  rank {entry['rank']}: {op['op']} on {op['group']} ({op['group_size']}, {op.get('tier')}): "
+                f"{op['count'] / comm_steps:g} calls, {op['bytes'] / comm_steps / 2**20:,.1f} MiB per step"
+            )
     return "\n".join(lines)

@@ -40,8 +40,9 @@ def plain_model(model_name: str, config: dict, state: dict, device: torch.device
     return model
 
 
-def save_checkpoint(model: nn.Module, path: str | Path, model_name: str, config: dict,
-                    data: str | None = None) -> Path | None:
+def save_checkpoint(
+    model: nn.Module, path: str | Path, model_name: str, config: dict, data: str | None = None
+) -> Path | None:
     """Write model's full state to path on rank 0; returns the path there, None on other ranks.
 
     Call it on every rank of a distributed run: gathering an FSDP2 model's full state is a collective.
@@ -58,8 +59,9 @@ def save_checkpoint(model: nn.Module, path: str | Path, model_name: str, config:
 def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> tuple[nn.Module, dict]:
     """The model rebuilt on device with the saved weights, and the rest of the file (model, config, data)."""
     if not Path(path).is_file():
-        raise FileNotFoundError(f"no checkpoint at {str(path)!r}; write one with "
-                                "suite.evals.checkpoint.save_checkpoint")
+        raise FileNotFoundError(
+            f"no checkpoint at {str(path)!r}; write one with suite.evals.checkpoint.save_checkpoint"
+        )
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError) as err:

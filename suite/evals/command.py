@@ -19,9 +19,12 @@ def add_evaluate_command(subparsers) -> None:
 
     p = subparsers.add_parser("evaluate", help="downstream evals of a saved checkpoint, optionally into a record")
     p.add_argument("checkpoint", help="a file written by suite.evals.checkpoint.save_checkpoint")
-    p.add_argument("--evals", required=True,
-                   help=f"comma-separated: local tasks ({','.join(LOCAL_TASKS)}), task YAML paths, lm-eval Hub "
-                        f"tasks ({','.join(PAPER_TASKS)}, needs network), or {IMAGE_EVAL} for image models")
+    p.add_argument(
+        "--evals",
+        required=True,
+        help=f"comma-separated: local tasks ({','.join(LOCAL_TASKS)}), task YAML paths, lm-eval Hub "
+        f"tasks ({','.join(PAPER_TASKS)}, needs network), or {IMAGE_EVAL} for image models",
+    )
     p.add_argument("--record", help="run record (JSON) whose evals receive the scores")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: cuda where visible")
     p.add_argument("--limit", type=int, help="at most this many documents per task (for quick checks)")

@@ -59,8 +59,10 @@ def _check_hub(names: list[str]) -> None:
         raise ConnectionError(f"{need}, but {offline[0]} is set: unset it on a machine with network, {fallback}")
     endpoint = environ.get("HF_ENDPOINT", "https://huggingface.co")
     if not _answers(endpoint, HUB_TIMEOUT_S):
-        raise ConnectionError(f"{need}, but {endpoint} did not answer within {HUB_TIMEOUT_S:g} s: run them on "
-                              f"a machine with network, {fallback}")
+        raise ConnectionError(
+            f"{need}, but {endpoint} did not answer within {HUB_TIMEOUT_S:g} s: run them on "
+            f"a machine with network, {fallback}"
+        )
 
 
 def _answers(url: str, timeout: float) -> bool:
@@ -84,8 +86,15 @@ def _answers(url: str, timeout: float) -> bool:
     return answered.wait(timeout)
 
 
-def run_evals(model: nn.Module, names: list[str], device: torch.device, *, limit: int | None = None,
-              batch_size: int = 16, seed: int = 0) -> dict[str, dict]:
+def run_evals(
+    model: nn.Module,
+    names: list[str],
+    device: torch.device,
+    *,
+    limit: int | None = None,
+    batch_size: int = 16,
+    seed: int = 0,
+) -> dict[str, dict]:
     """lm-eval scores of a byte-level LM: {task: {metric, value, stderr, n, source, other metrics}}.
 
     `metric` is acc where the task has it (else its first metric); other metrics (acc_norm) follow
@@ -107,12 +116,22 @@ def run_evals(model: nn.Module, names: list[str], device: torch.device, *, limit
     hub = _hub_names(names)
     manager = TaskManager() if hub else TaskManager(include_defaults=False)
     with _eval_mode(model), _preserved_rng(torch.device(device)):
-        out = lm_eval.simple_evaluate(ByteLM(model, device, batch_size), tasks=configs + hub, task_manager=manager,
-                                      limit=limit, log_samples=False, random_seed=seed, numpy_random_seed=seed,
-                                      torch_random_seed=seed, fewshot_random_seed=seed)
+        out = lm_eval.simple_evaluate(
+            ByteLM(model, device, batch_size),
+            tasks=configs + hub,
+            task_manager=manager,
+            limit=limit,
+            log_samples=False,
+            random_seed=seed,
+            numpy_random_seed=seed,
+            torch_random_seed=seed,
+            fewshot_random_seed=seed,
+        )
     local_names = {c["task"] for c in configs}
-    return {task: _scores(out, task, f"lm-eval {version('lm_eval')}, {'local' if task in local_names else 'hub'} task")
-            for task in out["results"]}
+    return {
+        task: _scores(out, task, f"lm-eval {version('lm_eval')}, {'local' if task in local_names else 'hub'} task")
+        for task in out["results"]
+    }
 
 
 def _scores(out: dict, task: str, source: str) -> dict:

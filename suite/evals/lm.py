@@ -26,8 +26,10 @@ NEWLINE = ord("\n")
 def max_seq_len_of(model: nn.Module) -> int:
     cfg = getattr(model, "cfg", None)
     if cfg is None or not hasattr(cfg, "max_seq_len"):
-        raise ValueError(f"{type(model).__name__} has no cfg.max_seq_len; lm-eval needs a language model "
-                         "built with suite.models.build_model (a llama-* model)")
+        raise ValueError(
+            f"{type(model).__name__} has no cfg.max_seq_len; lm-eval needs a language model "
+            "built with suite.models.build_model (a llama-* model)"
+        )
     return cfg.max_seq_len
 
 
@@ -38,8 +40,9 @@ class ByteLM(TemplateLM):
     probabilities are taken over the 256 bytes.
     """
 
-    def __init__(self, model: nn.Module, device: torch.device | str, batch_size: int = 16,
-                 max_gen_toks: int = 256) -> None:
+    def __init__(
+        self, model: nn.Module, device: torch.device | str, batch_size: int = 16, max_gen_toks: int = 256
+    ) -> None:
         super().__init__()
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -75,12 +78,14 @@ class ByteLM(TemplateLM):
             rows = []
             for _, context, continuation in chunk:
                 if len(continuation) > self.max_length:
-                    raise ValueError(f"a continuation of {len(continuation)} bytes exceeds the model's "
-                                     f"max_seq_len {self.max_length}; build the model with a longer max_seq_len")
-                rows.append((context + continuation)[-(self.max_length + 1):][:-1])
+                    raise ValueError(
+                        f"a continuation of {len(continuation)} bytes exceeds the model's "
+                        f"max_seq_len {self.max_length}; build the model with a longer max_seq_len"
+                    )
+                rows.append((context + continuation)[-(self.max_length + 1) :][:-1])
             logits = self._logits(rows)
             for i, ((strings, _, continuation), row) in enumerate(zip(chunk, rows)):
-                logp = F.log_softmax(logits[i, len(row) - len(continuation): len(row)], dim=-1)
+                logp = F.log_softmax(logits[i, len(row) - len(continuation) : len(row)], dim=-1)
                 target = torch.tensor(continuation, device=logp.device)
                 answer = (logp.gather(-1, target[:, None]).sum().item(), bool((logp.argmax(-1) == target).all()))
                 if strings is not None:
@@ -92,8 +97,10 @@ class ByteLM(TemplateLM):
         """Whole-text log-likelihoods in windows of max_seq_len; every byte is predicted exactly once."""
         windows, owner = [], []
         for i, (text,) in enumerate(r.args for r in requests):
-            for context, continuation in map(make_disjoint_window, get_rolling_token_windows(
-                    self.tok_encode(text), self.prefix_token_id, self.max_length, context_len=1)):
+            for context, continuation in map(
+                make_disjoint_window,
+                get_rolling_token_windows(self.tok_encode(text), self.prefix_token_id, self.max_length, context_len=1),
+            ):
                 windows.append((None, context, continuation))
                 owner.append(i)
         totals = [0.0] * len(requests)
@@ -105,15 +112,21 @@ class ByteLM(TemplateLM):
 
     def generate_until(self, requests: list, disable_tqdm: bool = False) -> list[str]:
         """Greedy continuations, cut before the first stop string, at most max_gen_toks bytes each."""
-        collator = Collator([r.args for r in requests], sort_fn=lambda a: -len(a[0].encode("utf-8")),
-                            group_fn=lambda a: a[1], group_by="gen_kwargs")
+        collator = Collator(
+            [r.args for r in requests],
+            sort_fn=lambda a: -len(a[0].encode("utf-8")),
+            group_fn=lambda a: a[1],
+            group_by="gen_kwargs",
+        )
         texts = []
         for chunk in collator.get_batched(n=self.batch_size):
             contexts, all_kwargs = zip(*chunk)
             gen = normalize_gen_kwargs(all_kwargs[0], self.max_gen_toks)
             if gen["do_sample"]:
-                raise ValueError("the suite's lm-eval adapter decodes greedily only; set do_sample: false "
-                                 "(temperature 0) in the task's generation_kwargs")
+                raise ValueError(
+                    "the suite's lm-eval adapter decodes greedily only; set do_sample: false "
+                    "(temperature 0) in the task's generation_kwargs"
+                )
             until = handle_stop_sequences(gen["until"], eos=None)
             outs = self._greedy([self.tok_encode(c) or [NEWLINE] for c in contexts], until, gen["max_gen_toks"])
             for context, kwargs, out in zip(contexts, all_kwargs, outs):
@@ -127,7 +140,7 @@ class ByteLM(TemplateLM):
         for _ in range(max_new):
             if not live:
                 break
-            rows = [(prompts[i] + new[i])[-self.max_length:] for i in live]
+            rows = [(prompts[i] + new[i])[-self.max_length :] for i in live]
             logits = self._logits(rows)
             for j, i in enumerate(live):
                 new[i].append(int(logits[j, len(rows[j]) - 1].argmax()))

@@ -49,19 +49,25 @@ def next_span_docs(seed: int) -> list[dict]:
     for key in val:
         text, others = topics[key], [topics[k] for k in val if k != key]
         for end in range(CONTEXT_CHARS, len(text) - SPAN_CHARS + 1, SPAN_CHARS):
-            span = text[end: end + SPAN_CHARS]
+            span = text[end : end + SPAN_CHARS]
             if not span.isascii():
                 continue
             choices = [span]
             while len(choices) < N_CHOICES:
                 other = rng.choice(others)
                 start = rng.randrange(len(other) - SPAN_CHARS + 1)
-                candidate = other[start: start + SPAN_CHARS]
+                candidate = other[start : start + SPAN_CHARS]
                 if candidate.isascii() and candidate not in choices:
                     choices.append(candidate)
             rng.shuffle(choices)
-            docs.append({"topic": key, "passage": text[end - CONTEXT_CHARS: end],
-                         "choices": choices, "label": choices.index(span)})
+            docs.append(
+                {
+                    "topic": key,
+                    "passage": text[end - CONTEXT_CHARS : end],
+                    "choices": choices,
+                    "label": choices.index(span),
+                }
+            )
     return docs
 
 
@@ -92,8 +98,10 @@ def task_config(path: str | Path) -> dict:
     try:
         config = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
-        raise ValueError(f"{path}: not a plain-YAML lm-eval task ({str(err).splitlines()[0]}); local task "
-                         "files may not use !function or include") from None
+        raise ValueError(
+            f"{path}: not a plain-YAML lm-eval task ({str(err).splitlines()[0]}); local task "
+            "files may not use !function or include"
+        ) from None
     if not isinstance(config, dict) or "task" not in config:
         raise ValueError(f"{path}: an lm-eval task YAML is a mapping with a 'task' name")
     kwargs = config.get("dataset_kwargs") or {}

@@ -138,8 +138,9 @@ class CommLedger(TorchDispatchMode):
             return
         inputs = outputs = 0
         group_name = None
-        for arg, value in zip(func._schema.arguments, list(args) + [kwargs.get(a.name) for a in
-                                                                  func._schema.arguments[len(args):]]):
+        for arg, value in zip(
+            func._schema.arguments, list(args) + [kwargs.get(a.name) for a in func._schema.arguments[len(args) :]]
+        ):
             if isinstance(value, torch.ScriptObject) and group_name is None:
                 try:
                     group_name = dist.ProcessGroup.unbox(value).group_name
@@ -165,10 +166,17 @@ class CommLedger(TorchDispatchMode):
         rows = []
         for (op, group_name), (count, payload) in sorted(self._totals.items()):
             label = self._label(group_name)
-            rows.append({
-                "op": op, "group": label.name, "tier": label.tier, "group_size": label.size,
-                "count": count, "bytes": payload, "wire_bytes": wire_bytes(op, payload, label.size),
-            })
+            rows.append(
+                {
+                    "op": op,
+                    "group": label.name,
+                    "tier": label.tier,
+                    "group_size": label.size,
+                    "count": count,
+                    "bytes": payload,
+                    "wire_bytes": wire_bytes(op, payload, label.size),
+                }
+            )
         return rows
 
     def reset(self) -> None:

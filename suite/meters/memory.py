@@ -154,9 +154,7 @@ class MemoryMeter:
         if not isinstance(model, nn.Module):
             raise TypeError(f"MemoryMeter: model must be an nn.Module, got {type(model).__name__}")
         if not isinstance(optimizer, torch.optim.Optimizer):
-            raise TypeError(
-                f"MemoryMeter: optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
-            )
+            raise TypeError(f"MemoryMeter: optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
         device = torch.device(device)
         if device.type not in ("cpu", "cuda"):
             raise ValueError(f"MemoryMeter: device must be cpu or cuda, got {device}")
@@ -224,7 +222,5 @@ class MemoryMeter:
     def result(self) -> dict:
         """The measurement of the last step wrapped by `measure()`."""
         if self._result is None:
-            raise RuntimeError(
-                "MemoryMeter.result(): wrap one training step in `with meter.measure():` first"
-            )
+            raise RuntimeError("MemoryMeter.result(): wrap one training step in `with meter.measure():` first")
         return dict(self._result)

@@ -34,8 +34,7 @@ def _build_llama(**config: Any) -> nn.Module:
 _IMAGE_DEFAULTS = MappingProxyType({"num_classes": 10, "in_channels": 3})
 
 MODELS: dict[str, ModelSpec] = {
-    **{name: ModelSpec(name, "lm", _build_llama, MappingProxyType(asdict(cfg)))
-       for name, cfg in LLAMA_CONFIGS.items()},
+    **{name: ModelSpec(name, "lm", _build_llama, MappingProxyType(asdict(cfg))) for name, cfg in LLAMA_CONFIGS.items()},
     "resnet18": ModelSpec("resnet18", "image", resnet18, _IMAGE_DEFAULTS),
     "wrn18": ModelSpec("wrn18", "image", wrn18, _IMAGE_DEFAULTS),
     "swin-t": ModelSpec("swin-t", "image", swin_t, _IMAGE_DEFAULTS),
@@ -69,8 +68,7 @@ def model_config(name: str, **overrides: Any) -> dict:
     spec = spec_of(name)
     unknown = sorted(set(overrides) - set(spec.defaults))
     if unknown:
-        raise ValueError(f"unknown config key(s) {unknown} for model '{name}'; valid keys: "
-                         f"{', '.join(spec.defaults)}")
+        raise ValueError(f"unknown config key(s) {unknown} for model '{name}'; valid keys: {', '.join(spec.defaults)}")
     for key, value in overrides.items():
         _check_type(key, value, spec.defaults[key])
     return {**spec.defaults, **overrides}
@@ -85,8 +83,10 @@ def blocks_of(model: nn.Module) -> list[nn.Module]:
     """The repeated residual blocks of `model`, in forward order: the units to wrap one by one."""
     blocks = [m for m in model.modules() if isinstance(m, BLOCK_TYPES)]
     if not blocks:
-        raise ValueError(f"{type(model).__name__} has no residual blocks of a known type "
-                         f"({', '.join(t.__name__ for t in BLOCK_TYPES)}); build it with build_model")
+        raise ValueError(
+            f"{type(model).__name__} has no residual blocks of a known type "
+            f"({', '.join(t.__name__ for t in BLOCK_TYPES)}); build it with build_model"
+        )
     return blocks
 
 

@@ -45,25 +45,45 @@ class LlamaConfig:
 # Llama 3 shapes keep Meta's published values; max_seq_len is the RoPE table length, not the
 # 128K context of Llama 3.1/3.2 (that needs their RoPE scaling, which this model does not implement).
 LLAMA_CONFIGS: dict[str, LlamaConfig] = {
-    "llama-tiny": LlamaConfig(dim=256, n_layers=4, n_heads=8, n_kv_heads=8, vocab_size=256,
-                              ffn_dim=640, max_seq_len=1024),
-    "llama-50m": LlamaConfig(dim=512, n_layers=12, n_heads=8, n_kv_heads=8, vocab_size=256,
-                             ffn_dim=2048, max_seq_len=1024),
-    "llama-134m": LlamaConfig(dim=768, n_layers=12, n_heads=12, n_kv_heads=12, vocab_size=32000,
-                              ffn_dim=2048, max_seq_len=2048),
-    "llama-500m": LlamaConfig(dim=1280, n_layers=24, n_heads=20, n_kv_heads=4, vocab_size=32000,
-                              ffn_dim=3584, max_seq_len=2048),
-    "llama-1b": LlamaConfig(dim=2048, n_layers=16, n_heads=32, n_kv_heads=8, vocab_size=128256,
-                            ffn_dim=8192, max_seq_len=8192, tie_embeddings=True, rope_theta=500000.0),
-    "llama-8b": LlamaConfig(dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, vocab_size=128256,
-                            ffn_dim=14336, max_seq_len=8192, rope_theta=500000.0),
+    "llama-tiny": LlamaConfig(
+        dim=256, n_layers=4, n_heads=8, n_kv_heads=8, vocab_size=256, ffn_dim=640, max_seq_len=1024
+    ),
+    "llama-50m": LlamaConfig(
+        dim=512, n_layers=12, n_heads=8, n_kv_heads=8, vocab_size=256, ffn_dim=2048, max_seq_len=1024
+    ),
+    "llama-134m": LlamaConfig(
+        dim=768, n_layers=12, n_heads=12, n_kv_heads=12, vocab_size=32000, ffn_dim=2048, max_seq_len=2048
+    ),
+    "llama-500m": LlamaConfig(
+        dim=1280, n_layers=24, n_heads=20, n_kv_heads=4, vocab_size=32000, ffn_dim=3584, max_seq_len=2048
+    ),
+    "llama-1b": LlamaConfig(
+        dim=2048,
+        n_layers=16,
+        n_heads=32,
+        n_kv_heads=8,
+        vocab_size=128256,
+        ffn_dim=8192,
+        max_seq_len=8192,
+        tie_embeddings=True,
+        rope_theta=500000.0,
+    ),
+    "llama-8b": LlamaConfig(
+        dim=4096,
+        n_layers=32,
+        n_heads=32,
+        n_kv_heads=8,
+        vocab_size=128256,
+        ffn_dim=14336,
+        max_seq_len=8192,
+        rope_theta=500000.0,
+    ),
 }
 
 
 def rope_tables(cfg: LlamaConfig, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of the rotation angles, [max_seq_len, head_dim / 2], in fp32."""
-    inv_freq = cfg.rope_theta ** -(torch.arange(0, cfg.head_dim, 2, device=device, dtype=torch.float32)
-                                   / cfg.head_dim)
+    inv_freq = cfg.rope_theta ** -(torch.arange(0, cfg.head_dim, 2, device=device, dtype=torch.float32) / cfg.head_dim)
     angles = torch.outer(torch.arange(cfg.max_seq_len, device=device, dtype=torch.float32), inv_freq)
     return angles.cos(), angles.sin()
 
@@ -185,8 +205,10 @@ class Llama(nn.Module):
         if tokens.ndim != 2:
             raise ValueError(f"tokens must be [batch, seq_len], got shape {tuple(tokens.shape)}")
         if tokens.shape[1] > self.cfg.max_seq_len:
-            raise ValueError(f"sequence length {tokens.shape[1]} exceeds max_seq_len {self.cfg.max_seq_len}; "
-                             "build the model with a larger max_seq_len")
+            raise ValueError(
+                f"sequence length {tokens.shape[1]} exceeds max_seq_len {self.cfg.max_seq_len}; "
+                "build the model with a larger max_seq_len"
+            )
         h = self.tok_embeddings(tokens)
         for layer in self.layers:
             h = layer(h, self.rope_cos, self.rope_sin)

@@ -53,8 +53,15 @@ def swin_t(num_classes: int = 10, in_channels: int = 3) -> nn.Module:
     Swin-T at 224 px (56 tokens, window 7), stage 1 holds 8x8 windows and stage 4 exactly one.
     Patch 2 would leave a 2x2 last stage padded to a 4x4 window; window 2 would attend over 4 tokens.
     """
-    model = SwinTransformer(patch_size=[1, 1], embed_dim=96, depths=[2, 2, 6, 2], num_heads=[3, 6, 12, 24],
-                            window_size=[4, 4], stochastic_depth_prob=0.2, num_classes=num_classes)
+    model = SwinTransformer(
+        patch_size=[1, 1],
+        embed_dim=96,
+        depths=[2, 2, 6, 2],
+        num_heads=[3, 6, 12, 24],
+        window_size=[4, 4],
+        stochastic_depth_prob=0.2,
+        num_classes=num_classes,
+    )
     # torchvision's patch embedding takes 3 channels; this one takes in_channels.
     model.features[0][0] = nn.Conv2d(in_channels, 96, kernel_size=1)
     return model

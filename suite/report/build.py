@@ -104,9 +104,7 @@ def build_report_for(
     return out / "index.html"
 
 
-def _evaluated(
-    name: str, records: list[dict], claims_by_reproduction: dict[str, list[Claim]] | None
-) -> Reproduction:
+def _evaluated(name: str, records: list[dict], claims_by_reproduction: dict[str, list[Claim]] | None) -> Reproduction:
     """The reproduction with its verdicts; a broken claims.yaml or metric is reported on the page, not raised."""
     href = f"reproductions/{_slug(name, name)}.html"
     try:

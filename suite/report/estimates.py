@@ -38,9 +38,7 @@ def estimates_beside(records: list[dict], candidates: list[dict], hrefs: dict[in
         if rec["provenance"] == "measured" and rec["status"] == "complete":
             measured.setdefault(config_key(rec), []).append(rec)
     return [
-        _entry(rec, measured.get(config_key(rec), []), hrefs)
-        for rec in records
-        if rec["provenance"] == "estimated"
+        _entry(rec, measured.get(config_key(rec), []), hrefs) for rec in records if rec["provenance"] == "estimated"
     ]
 
 

@@ -40,9 +40,7 @@ def _figure(width: float, height: float, rows: int = 1, cols: int = 1, **kwargs)
         return fig, fig.subplots(rows, cols, squeeze=False, **kwargs)
 
 
-def _margins(
-    fig: Figure, left: float = 0.6, bottom: float = 0.5, right: float = 0.15, **spacing: float
-) -> None:
+def _margins(fig: Figure, left: float = 0.6, bottom: float = 0.5, right: float = 0.15, **spacing: float) -> None:
     """Margins in inches. Set by hand: a layout engine would lay out every text twice per figure."""
     width, height = fig.get_size_inches()
     fig.subplots_adjust(

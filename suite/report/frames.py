@@ -18,8 +18,7 @@ MAX_RANKS = 8  # per arm in the memory figure; more bars than this are unreadabl
 
 def arm(record: dict) -> str:
     variant = " ".join(
-        f"{k}={v if isinstance(v, (str, int, float)) else json.dumps(v)}"
-        for k, v in sorted(record["variant"].items())
+        f"{k}={v if isinstance(v, (str, int, float)) else json.dumps(v)}" for k, v in sorted(record["variant"].items())
     )
     return f"{record['method']} {variant}".strip()
 
@@ -36,14 +35,8 @@ def arm_labels(records: list[dict]) -> list[str]:
 
 
 def curves(records: list[dict], labels: list[str]) -> pd.DataFrame:
-    rows = [
-        {"arm": label, "run": r["run_id"], **point}
-        for r, label in zip(records, labels)
-        for point in r["curve"]
-    ]
-    return pd.DataFrame(
-        rows, columns=["arm", "run", "step", "tokens", "flops", "wall_s", "train_loss", "val_loss"]
-    )
+    rows = [{"arm": label, "run": r["run_id"], **point} for r, label in zip(records, labels) for point in r["curve"]]
+    return pd.DataFrame(rows, columns=["arm", "run", "step", "tokens", "flops", "wall_s", "train_loss", "val_loss"])
 
 
 def seed_band(curve: pd.DataFrame, x: str, y: str, points: int = 60) -> pd.DataFrame:
@@ -114,12 +107,7 @@ def comm(records: list[dict], labels: list[str]) -> pd.DataFrame:
                 )
     if not rows:
         return pd.DataFrame(columns=["arm", "op", "tier", "bytes_per_step"])
-    per_run = (
-        pd.DataFrame(rows)
-        .groupby(["arm", "run", "op", "tier"], sort=False)["bytes_per_step"]
-        .sum()
-        .reset_index()
-    )
+    per_run = pd.DataFrame(rows).groupby(["arm", "run", "op", "tier"], sort=False)["bytes_per_step"].sum().reset_index()
     return per_run.groupby(["arm", "op", "tier"], sort=False)["bytes_per_step"].mean().reset_index()
 
 
@@ -150,10 +138,7 @@ def throughput_ratios(records: list[dict]) -> tuple[pd.DataFrame, str | None]:
     runs = pd.DataFrame(rows)
     base = runs[runs["method"] == reference].groupby("config")["tokens_per_s"].median()
     medians = (
-        runs[runs["method"] != reference]
-        .groupby(["arm", "config"], sort=False)["tokens_per_s"]
-        .median()
-        .reset_index()
+        runs[runs["method"] != reference].groupby(["arm", "config"], sort=False)["tokens_per_s"].median().reset_index()
     )
     medians = medians[medians["config"].isin(base.index)]
     if medians.empty:  # only the reference ran: dividing the empty frame would fail on its column types

@@ -125,12 +125,8 @@ def _card(claim: Claim, verdict: Verdict, run_hrefs: dict[str, str]) -> dict:
         "status": claim.source_status,
         "status_css": "status-unverified" if "unverified" in claim.source_status else "status-other",
         "measured": _measured(verdict, claim.unit),
-        "baseline": None
-        if verdict.baseline is None
-        else f"{fmt_number(verdict.baseline)} {claim.unit}".strip(),
-        "ratio": "—"
-        if verdict.ratio_to_paper is None
-        else f"{verdict.ratio_to_paper:.3g}x the paper's value",
+        "baseline": None if verdict.baseline is None else f"{fmt_number(verdict.baseline)} {claim.unit}".strip(),
+        "ratio": "—" if verdict.ratio_to_paper is None else f"{verdict.ratio_to_paper:.3g}x the paper's value",
         "metric": f"{claim.metric['name']}({spec})",
         "protocol": f"equal {claim.protocol}" if claim.protocol else "any",
         "hardware": verdict.hardware or "—",
@@ -163,9 +159,7 @@ def _label(record: dict) -> str:
 
 def css_token(text: str) -> str:
     """A string reduced to [a-z0-9-], for class names and anchors."""
-    return (
-        "-".join("".join(ch if ch.isascii() and ch.isalnum() else " " for ch in text.lower()).split()) or "x"
-    )
+    return "-".join("".join(ch if ch.isascii() and ch.isalnum() else " " for ch in text.lower()).split()) or "x"
 
 
 def run_context(record: dict, reproduction_href: str | None) -> dict:
@@ -216,9 +210,7 @@ def run_context(record: dict, reproduction_href: str | None) -> dict:
     sections = [
         (
             "Loss curve",
-            tables.records_table(
-                record["curve"], ["step", "tokens", "flops", "wall_s", "train_loss", "val_loss"]
-            ),
+            tables.records_table(record["curve"], ["step", "tokens", "flops", "wall_s", "train_loss", "val_loss"]),
         ),
         (
             f"Memory per rank ({record['memory']['method']})",
@@ -253,6 +245,4 @@ def _ledger(record: dict) -> Table:
         for op in r["ops"]
     ]
     columns = ["rank", "op", "group", "tier", "group_size", "count", "bytes", "wire_bytes", "bytes/step"]
-    return tables.records_table(
-        rows, columns, {"bytes": fmt_bytes, "wire_bytes": fmt_bytes, "bytes/step": fmt_bytes}
-    )
+    return tables.records_table(rows, columns, {"bytes": fmt_bytes, "wire_bytes": fmt_bytes, "bytes/step": fmt_bytes})

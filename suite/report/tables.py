@@ -166,9 +166,7 @@ def env_table(records: list[dict]) -> Table:
 
 def mapping_table(values: dict) -> Table:
     """Any mapping as field/value rows; nested values are shown as JSON."""
-    return Table(
-        ["field", "value"], [[text(k), number(v) if _numeric(v) else text(v)] for k, v in values.items()]
-    )
+    return Table(["field", "value"], [[text(k), number(v) if _numeric(v) else text(v)] for k, v in values.items()])
 
 
 def records_table(items: list[dict], columns: list[str], formats: dict[str, Callable] | None = None) -> Table:

@@ -5,5 +5,13 @@ collective and tier), add compute, and report step time and tokens/s as a `simul
 from suite.sim.project import Projection, format_projection, project, simulated_record
 from suite.sim.topology import PRESETS, Tier, Topology, get_topology
 
-__all__ = ["PRESETS", "Projection", "Tier", "Topology", "format_projection", "get_topology", "project",
-           "simulated_record"]
+__all__ = [
+    "PRESETS",
+    "Projection",
+    "Tier",
+    "Topology",
+    "format_projection",
+    "get_topology",
+    "project",
+    "simulated_record",
+]

@@ -45,8 +45,9 @@ def coefficients(op: str, algorithm: str, n: int) -> tuple[float, float]:
     raise ValueError(f"no cost formula for collective {op!r}")
 
 
-def cost(op: str, payload: float, n: int, bandwidth: float, latency: float, algorithm: str = "ring",
-         calls: int = 1) -> float:
+def cost(
+    op: str, payload: float, n: int, bandwidth: float, latency: float, algorithm: str = "ring", calls: int = 1
+) -> float:
     """Seconds for `calls` calls moving `payload` bytes in total; `auto` takes the faster algorithm."""
     if algorithm == "auto":
         return min(cost(op, payload, n, bandwidth, latency, a, calls) for a in ("ring", "tree"))

@@ -76,8 +76,14 @@ def comm_times(record: dict, topology: Topology, algorithm: str) -> list[OpTime]
     return out
 
 
-def project(record: dict, topology: Topology, overlap: float = 0.0, mfu: float = 0.4, algorithm: str = "auto",
-            compute: tuple[float, str] | None = None) -> Projection:
+def project(
+    record: dict,
+    topology: Topology,
+    overlap: float = 0.0,
+    mfu: float = 0.4,
+    algorithm: str = "auto",
+    compute: tuple[float, str] | None = None,
+) -> Projection:
     """Step time and tokens/s of `record`'s run on `topology`; `compute` = (seconds, where from) if measured."""
     if record["provenance"] == "simulated":
         raise ValueError(f"record {record['run_id']} is itself simulated; project the measured or estimated one")
@@ -96,8 +102,10 @@ def project(record: dict, topology: Topology, overlap: float = 0.0, mfu: float =
             raise ValueError(f"mfu must be in (0, 1], got {mfu}")
         if topology.peak_flops is None:
             raise ValueError(f"topology {topology.name} has no peak FLOP/s; give a measured compute time")
-        compute = (_rank_flops(record) / (topology.peak_flops * mfu),
-                   f"busiest rank's hardware FLOPs per step / ({topology.peak_flops:.3g} FLOP/s x MFU {mfu})")
+        compute = (
+            _rank_flops(record) / (topology.peak_flops * mfu),
+            f"busiest rank's hardware FLOPs per step / ({topology.peak_flops:.3g} FLOP/s x MFU {mfu})",
+        )
     compute_s, source = compute
     if compute_s < 0:
         raise ValueError(f"compute time must be >= 0 seconds per step, got {compute_s}")
@@ -105,12 +113,21 @@ def project(record: dict, topology: Topology, overlap: float = 0.0, mfu: float =
     model_flops = record["totals"]["flops"] / record["totals"]["steps"]
     world = record["parallel"]["world_size"]
     return Projection(
-        topology=topology, algorithm=algorithm, overlap=overlap, compute_s=compute_s, compute_source=source,
-        comm_s=comm_s, step_s=step_s, step_s_bounds=(max(compute_s, comm_s), compute_s + comm_s),
+        topology=topology,
+        algorithm=algorithm,
+        overlap=overlap,
+        compute_s=compute_s,
+        compute_source=source,
+        comm_s=comm_s,
+        step_s=step_s,
+        step_s_bounds=(max(compute_s, comm_s), compute_s + comm_s),
         tokens_per_s=record["parallel"]["global_batch_tokens"] / step_s if step_s > 0 else float("inf"),
         mfu=model_flops / (step_s * topology.peak_flops * world) if topology.peak_flops and step_s > 0 else None,
-        world_size=world, source_run_id=record["run_id"], source_provenance=record["provenance"],
-        ops=[t for t in ops if t.rank == slowest])
+        world_size=world,
+        source_run_id=record["run_id"],
+        source_provenance=record["provenance"],
+        ops=[t for t in ops if t.rank == slowest],
+    )
 
 
 def simulated_record(record: dict, proj: Projection, command: str) -> dict:
@@ -119,22 +136,37 @@ def simulated_record(record: dict, proj: Projection, command: str) -> dict:
     rec = copy.deepcopy(record)
     rec.pop("_path", None)
     steps = rec["totals"]["steps"]
-    rec.update({
-        "run_id": f"sim-{proj.topology.name}-{record['run_id']}",
-        "command": command,
-        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "status": "complete",
-        "provenance": "simulated",
-        "curve": [],
-        "throughput": {"tokens_per_s": proj.tokens_per_s, "samples_per_s": None, "step_s": proj.step_s,
-                       "mfu": proj.mfu},
-        "simulation": {**{k: v for k, v in asdict(proj).items() if k not in ("topology", "ops")},
-                       "topology": proj.topology.describe(),
-                       "ops": [asdict(t) for t in proj.ops]},
-    })
+    rec.update(
+        {
+            "run_id": f"sim-{proj.topology.name}-{record['run_id']}",
+            "command": command,
+            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "status": "complete",
+            "provenance": "simulated",
+            "curve": [],
+            "throughput": {
+                "tokens_per_s": proj.tokens_per_s,
+                "samples_per_s": None,
+                "step_s": proj.step_s,
+                "mfu": proj.mfu,
+            },
+            "simulation": {
+                **{k: v for k, v in asdict(proj).items() if k not in ("topology", "ops")},
+                "topology": proj.topology.describe(),
+                "ops": [asdict(t) for t in proj.ops],
+            },
+        }
+    )
     rec["totals"]["wall_s"] = steps * proj.step_s
-    rec["env"].update({"device": "cuda", "device_name": proj.topology.gpu, "backend": "nccl (simulated)",
-                       "peak_flops": proj.topology.peak_flops, "gpus_per_node": proj.topology.gpus_per_node})
+    rec["env"].update(
+        {
+            "device": "cuda",
+            "device_name": proj.topology.gpu,
+            "backend": "nccl (simulated)",
+            "peak_flops": proj.topology.peak_flops,
+            "gpus_per_node": proj.topology.gpus_per_node,
+        }
+    )
     return rec
 
 
@@ -147,15 +179,16 @@ def format_projection(proj: Projection) -> str:
         f"{t.intra.bandwidth / 1e9:g} GB/s, {t.intra.latency * 1e6:g} us; inter-node {t.nics_per_node} x "
         f"{t.inter.name} {t.inter.bandwidth / 1e9:g} GB/s, {t.inter.latency * 1e6:g} us",
         f"  algorithm: {proj.algorithm} (alpha-beta); world size {proj.world_size}",
-        f"  overlap assumption: {proj.overlap:g} of min(compute, communication) hidden "
-        f"(0 = none, 1 = perfect)",
+        f"  overlap assumption: {proj.overlap:g} of min(compute, communication) hidden (0 = none, 1 = perfect)",
         f"  compute: {proj.compute_source}",
         "",
         f"  {'op':<15}{'group':<22}{'n':>5} {'tier':<12}{'calls/step':>11}{'MB/step':>12}{'ms/step':>11}",
     ]
     for o in sorted(proj.ops, key=lambda o: -o.seconds):
-        lines.append(f"  {o.op:<15}{o.group[:21]:<22}{o.group_size:>5} {o.tier[:11]:<12}{o.calls:>11.2f}"
-                     f"{o.payload / 1e6:>12.2f}{o.seconds * 1e3:>11.3f}")
+        lines.append(
+            f"  {o.op:<15}{o.group[:21]:<22}{o.group_size:>5} {o.tier[:11]:<12}{o.calls:>11.2f}"
+            f"{o.payload / 1e6:>12.2f}{o.seconds * 1e3:>11.3f}"
+        )
     low, high = proj.step_s_bounds
     lines += [
         "",

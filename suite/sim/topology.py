@@ -24,8 +24,9 @@ class Tier:
 
     def __post_init__(self) -> None:
         if self.bandwidth <= 0 or self.latency < 0:
-            raise ValueError(f"tier {self.name}: bandwidth must be > 0 and latency >= 0, "
-                             f"got {self.bandwidth} and {self.latency}")
+            raise ValueError(
+                f"tier {self.name}: bandwidth must be > 0 and latency >= 0, got {self.bandwidth} and {self.latency}"
+            )
 
 
 @dataclass(frozen=True)
@@ -72,17 +73,30 @@ def packed_ranks(size: int, tier: str, gpus_per_node: int) -> list[int]:
 
 
 PRESETS: dict[str, Topology] = {
-    t.name: t for t in (
-        Topology("4xA100-nvlink-4x200gbIB", gpus_per_node=4, nics_per_node=4,
-                 intra=Tier("nvlink3", 300 * GB, 3e-6), inter=Tier("ib-hdr-200g", 25 * GB, 8e-6),
-                 gpu="NVIDIA A100-SXM4-80GB", peak_flops=312e12,
-                 source="A100 SXM4: NVLink 3 600 GB/s both ways, 312 TFLOP/s dense bf16; HDR InfiniBand "
-                        "200 Gb/s per NIC; latencies typical of NCCL (a few microseconds)"),
-        Topology("8xH100-nvlink4-8x400gbIB", gpus_per_node=8, nics_per_node=8,
-                 intra=Tier("nvlink4", 450 * GB, 3e-6), inter=Tier("ib-ndr-400g", 50 * GB, 8e-6),
-                 gpu="NVIDIA H100 80GB HBM3", peak_flops=989e12,
-                 source="H100 SXM5: NVLink 4 900 GB/s both ways, 989 TFLOP/s dense bf16; NDR InfiniBand "
-                        "400 Gb/s per NIC; latencies typical of NCCL (a few microseconds)"),
+    t.name: t
+    for t in (
+        Topology(
+            "4xA100-nvlink-4x200gbIB",
+            gpus_per_node=4,
+            nics_per_node=4,
+            intra=Tier("nvlink3", 300 * GB, 3e-6),
+            inter=Tier("ib-hdr-200g", 25 * GB, 8e-6),
+            gpu="NVIDIA A100-SXM4-80GB",
+            peak_flops=312e12,
+            source="A100 SXM4: NVLink 3 600 GB/s both ways, 312 TFLOP/s dense bf16; HDR InfiniBand "
+            "200 Gb/s per NIC; latencies typical of NCCL (a few microseconds)",
+        ),
+        Topology(
+            "8xH100-nvlink4-8x400gbIB",
+            gpus_per_node=8,
+            nics_per_node=8,
+            intra=Tier("nvlink4", 450 * GB, 3e-6),
+            inter=Tier("ib-ndr-400g", 50 * GB, 8e-6),
+            gpu="NVIDIA H100 80GB HBM3",
+            peak_flops=989e12,
+            source="H100 SXM5: NVLink 4 900 GB/s both ways, 989 TFLOP/s dense bf16; NDR InfiniBand "
+            "400 Gb/s per NIC; latencies typical of NCCL (a few microseconds)",
+        ),
     )
 }
 
