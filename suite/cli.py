@@ -15,11 +15,8 @@ import tempfile
 from pathlib import Path
 
 from suite.config import RunConfig, apply_sets
+from suite.errors import UsageError
 from suite.evals import add_evaluate_command
-
-
-class UsageError(Exception):
-    """Bad input; main() prints it as one line and exits with status 2."""
 
 
 def _run_parser(sub) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from suite.errors import UsageError
+
 IMAGE_EVAL = "top1"
 
 
@@ -35,7 +37,6 @@ def add_evaluate_command(subparsers) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace, argv: list[str]) -> int:
-    from suite.cli import UsageError
     from suite.records import read_record, write_record
 
     names = [n.strip() for n in args.evals.split(",")]
