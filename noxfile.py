@@ -1,8 +1,11 @@
-"""Sessions: tests, lint, report, bench, and one reproduce-<name> per reproduction.
+"""Sessions: tests, lint, report, bench, and one reproduce-<name> per reproduction found in reproductions/.
 
 On a GPU node whose torch is already installed, run with `--no-venv` (nox then installs nothing and
 uses that torch); elsewhere each session gets a fresh venv with the pinned CPU-machine torch.
 """
+
+import ast
+from pathlib import Path
 
 import nox
 
@@ -43,18 +46,36 @@ def report(session: nox.Session) -> None:
     session.run("python", "-m", "suite", "report", "results", "-o", "reports/latest", *session.posargs)
 
 
-@nox.session(name="reproduce-baselines")
-def reproduce_baselines(session: nox.Session) -> None:
-    """The harness's own comparison of ddp, fsdp, hsdp, --ac and bf16 (README's main job)."""
-    install(session)
-    session.run("python", "-m", "suite", "reproduce", "baselines", *session.posargs)
+def _reproductions() -> dict[str, str]:
+    """Every reproduction folder (a package with a plan.py) and the first line of its docstring, read without
+    importing it: nox runs outside the venv that has torch. Folder fl_fsdp is reproduction fl-fsdp."""
+    found = {}
+    for init in sorted(Path("reproductions").glob("*/__init__.py")):
+        if (init.parent / "plan.py").is_file():
+            doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+            found[init.parent.name.replace("_", "-")] = doc.splitlines()[0] if doc else ""
+    return found
 
 
-@nox.session(name="reproduce-sdp")
-def reproduce_sdp(session: nox.Session) -> None:
-    """Subnetwork Data Parallelism against DDP: memory, bytes per step and loss (reproductions/sdp)."""
+def _reproduce_session(name: str, doc: str) -> None:
+    def reproduce(session: nox.Session) -> None:
+        install(session)
+        session.run("python", "-m", "suite", "reproduce", name, *session.posargs)
+
+    reproduce.__doc__ = doc
+    nox.session(name=f"reproduce-{name}")(reproduce)
+
+
+for _name, _doc in _reproductions().items():
+    _reproduce_session(_name, _doc)
+
+
+@nox.session(name="reproduce-all")
+def reproduce_all(session: nox.Session) -> None:
+    """Every reproduction found, one after the other (arguments after -- go to each)."""
     install(session)
-    session.run("python", "-m", "suite", "reproduce", "sdp", *session.posargs)
+    for name in _reproductions():
+        session.run("python", "-m", "suite", "reproduce", name, *session.posargs)
 
 
 @nox.session

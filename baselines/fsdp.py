@@ -13,7 +13,7 @@ from torch.distributed.fsdp import fully_shard
 from baselines import precision
 from baselines.checkpointing import apply_activation_checkpointing
 from suite.models import blocks_of
-from suite.strategy import Context, Strategy, register
+from suite.strategy import Context, Strategy
 
 
 @contextmanager
@@ -25,7 +25,6 @@ def _gradient_sync(model: nn.Module, enabled: bool):
         model.set_requires_gradient_sync(True)
 
 
-@register
 class FSDP(Strategy):
     """Parameters, gradients and optimizer state sharded over all ranks; blocks re-gathered in backward."""
 
@@ -65,7 +64,6 @@ class FSDP(Strategy):
         }
 
 
-@register
 class HSDP(FSDP):
     """Shard inside groups of `shard` ranks (a node, by default), replicate across them."""
 

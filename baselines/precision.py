@@ -7,13 +7,6 @@ from contextlib import AbstractContextManager, nullcontext
 import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy
 
-PRECISIONS = ("fp32", "bf16")
-
-
-def check(precision: str) -> None:
-    if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}; use --precision fp32 or --precision bf16")
-
 
 def autocast(device: torch.device, precision: str) -> AbstractContextManager:
     """bf16 compute with fp32 master weights and fp32 gradient all-reduce (DDP's usual recipe)."""

@@ -20,8 +20,8 @@ import statistics
 import time
 from pathlib import Path
 
-from benchmarks.pairs import Config, Pair
 from suite.launch import launch
+from suite.pairs import Config, Pair
 from suite.records import read_record, summary_row
 
 

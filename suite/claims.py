@@ -37,7 +37,6 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -446,9 +445,11 @@ def load_claims(path: str | Path) -> list[Claim]:
 
 
 def claims_for(reproduction: str) -> list[Claim]:
-    """The claims of a reproduction from reproductions/<name>/claims.yaml ("fl-fsdp" -> fl_fsdp); [] if none."""
-    path = resources.files("reproductions").joinpath(reproduction.replace("-", "_"), "claims.yaml")
-    return load_claims(Path(str(path))) if path.is_file() else []
+    """The claims the reproduction declares (its claims.yaml); [] for records of no reproduction found."""
+    from suite.extensions import reproductions
+
+    rep = reproductions().get(reproduction)
+    return load_claims(rep.claims) if rep is not None and rep.claims is not None and rep.claims.is_file() else []
 
 
 def _claim(entry: Any, where: str) -> Claim:

@@ -82,20 +82,20 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> RunConfig:
 
 def check_config(cfg: RunConfig) -> None:
     """Every check that needs no worker; raises UsageError with the fix."""
-    from baselines import optim, precision
-    from suite import data, models, protocols, strategy
+    from suite import data, models, optim, protocols, strategy
+    from suite.config import check_precision
 
     try:
         protocols.from_args(cfg.tokens, cfg.flops, cfg.time_s, cfg.target, cfg.max_tokens)
         kind = models.kind_of(cfg.model)
-        precision.check(cfg.precision)
-        optim.check(cfg.optimizer)
+        check_precision(cfg.precision)
+        method_params, _ = optim.split_variant(cfg)
         if cfg.nproc < 1:
             raise ValueError(f"--nproc must be at least 1, got {cfg.nproc}")
         if cfg.micro_batch < 1 or cfg.grad_accum < 1 or cfg.seq_len < 2:
             raise ValueError("micro_batch and grad_accum must be >= 1 and seq_len >= 2 (--set KEY=VALUE)")
         _check_data(cfg.data or data.default_data_for(kind), cfg.data_root)
-        strategy.get_strategy(cfg).check(cfg.nproc)
+        strategy.get_strategy(cfg, method_params).check(cfg.nproc)
         if cfg.evals:
             from suite.evals import check_evals
 
@@ -170,6 +170,10 @@ def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
     from suite.plans import load_plan
     from suite.reproduce import run_plan, table
 
+    if args.list:
+        return _list_reproductions()
+    if args.name is None:
+        raise UsageError("name a reproduction: python -m suite reproduce NAME (`--list` shows them)")
     preset = args.preset or _default_preset()
     try:
         plan = load_plan(args.name, preset)
@@ -190,6 +194,21 @@ def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
     except ImportError as err:
         print(f"report not written: {err}", file=sys.stderr)
     return 0 if all(r["status"] == "complete" for r in records) else 1
+
+
+def _list_reproductions() -> int:
+    from suite.extensions import reproductions
+
+    found = reproductions()
+    width = max((len(name) for name in found), default=0)
+    for name, rep in sorted(found.items()):
+        adds = [
+            f"{len(items)} {kind}"
+            for kind in ("methods", "optimizers", "meters", "pairs")
+            if (items := getattr(rep, kind))
+        ]
+        print(f"{name:<{width}}  {rep.description}" + (f" [{', '.join(adds)}]" if adds else ""))
+    return 0
 
 
 def _default_preset() -> str:
@@ -325,7 +344,8 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     _run_parser(sub)
     rep = sub.add_parser("reproduce", help="run a reproduction's plan, print its table, write its report")
-    rep.add_argument("name", help="baselines (more as reproductions land)")
+    rep.add_argument("name", nargs="?", help="a reproduction found in reproductions/ or SUITE_REPRODUCTIONS (--list)")
+    rep.add_argument("--list", action="store_true", help="name every reproduction found, with a one-line description")
     rep.add_argument(
         "--preset", choices=("smoke", "gpu", "paper"), help="default: gpu where CUDA is available, smoke elsewhere"
     )

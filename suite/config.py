@@ -11,6 +11,13 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+PRECISIONS = ("fp32", "bf16")
+
+
+def check_precision(precision: str) -> None:
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; use --precision fp32 or --precision bf16")
+
 
 @dataclass
 class RunConfig:
@@ -49,12 +56,13 @@ class RunConfig:
     evals: str = ""  # comma-separated lm-eval tasks run on the final model (rank 0); image runs add top1
     eval_limit: int | None = None  # at most this many documents per lm-eval task (None: all)
     checkpoint: str | None = None  # where to save the final full model (for `python -m suite evaluate`)
-    # metering, all off the clock: FLOPs on step flop_step, memory on step mem_step, communication on the
-    # steps from comm_step through one period of the method's pattern (Strategy.comm_period)
+    # metering, all off the clock (suite/meters/schedule.py): FLOPs on step flop_step; memory and communication
+    # over one whole period of the method's pattern (Strategy.comm_period) from mem_step and comm_step, after
+    # DDP's bucket rebuild on step 1
     meters: bool = True
     flop_step: int = 0
-    mem_step: int = 1
-    comm_step: int = 0
+    mem_step: int = 2
+    comm_step: int = 2
     clock_warmup: int = 2
     log_every: int = 10
     # bookkeeping

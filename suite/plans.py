@@ -1,21 +1,20 @@
 """A reproduction's plan: the runs of a preset, the protocol they share, and where its claims live.
 
-Each reproduction package provides `plan(preset: str) -> Plan` in `reproductions/<name>/plan.py`. Runs
-are launched for real; estimates are paper-scale configurations stepped on fake tensors (suite/estimate),
+Each reproduction declares `plan(preset: str) -> Plan` (suite.extensions). Runs are launched for real;
+estimates are paper-scale configurations stepped on fake tensors (suite/estimate),
 each optionally projected onto network topologies (suite/sim), so claims at a scale this machine cannot
 run get numbers labelled `estimated` and `simulated`, never mixed with measurements.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from suite.config import RunConfig
+from suite.extensions import get_reproduction
 
 PRESETS = ("smoke", "gpu", "paper")
-REPRODUCTIONS = ("baselines", "sdp")
 
 
 @dataclass
@@ -43,14 +42,13 @@ class Plan:
     estimates: list[Estimate] = field(default_factory=list)
 
 
-def package_of(name: str) -> str:
-    return name.replace("-", "_")
-
-
 def load_plan(name: str, preset: str) -> Plan:
-    if name not in REPRODUCTIONS:
-        raise ValueError(f"unknown reproduction {name!r}; choose one of: {', '.join(REPRODUCTIONS)}")
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
-    module = importlib.import_module(f"reproductions.{package_of(name)}.plan")
-    return module.plan(preset)
+    rep = get_reproduction(name)
+    if rep.plan is None:
+        raise ValueError(f"reproduction {name!r} declares no plan")
+    plan = rep.plan(preset)
+    if plan.claims is None:
+        plan.claims = rep.claims
+    return plan

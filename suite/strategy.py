@@ -9,8 +9,6 @@ meters and the record are fixed (AlgoPerf's split between a submission and its w
 
 from __future__ import annotations
 
-import importlib
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -19,9 +17,11 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
 
 from suite.config import RunConfig
+from suite.extensions import declared
 from suite.meters.comm import CommLedger
 
 
@@ -40,11 +40,15 @@ class Context:
     device: torch.device
     ledger: CommLedger
     groups: list[dict] = field(default_factory=list)
+    # what an optimizer may need: the labelled process groups by name, and any mesh the strategy made
+    process_groups: dict[str, dist.ProcessGroup] = field(default_factory=dict)
+    meshes: dict[str, DeviceMesh] = field(default_factory=dict)
 
     def label_group(self, group: dist.ProcessGroup | None, name: str, tier: str | None = None) -> None:
         """Name a process group (and its tier) in the communication ledger and the record."""
         label = self.ledger.label_group(group, name, tier)
         self.groups.append({"name": name, "size": label.size, "tier": label.tier, "ranks": list(label.ranks)})
+        self.process_groups[name] = group or dist.group.WORLD
 
 
 class Strategy(ABC):
@@ -57,9 +61,9 @@ class Strategy(ABC):
     # counts one whole period, so per-step bytes are the period's total over its length
     comm_period: int = 1
 
-    def __init__(self, cfg: RunConfig) -> None:
+    def __init__(self, cfg: RunConfig, variant: dict | None = None) -> None:
         self.cfg = cfg
-        self.variant = self._check_params(cfg.variant)
+        self.variant = self._check_params(cfg.variant if variant is None else variant)
 
     def _check_params(self, given: dict) -> dict:
         unknown = sorted(set(given) - set(self.params))
@@ -100,6 +104,10 @@ class Strategy(ABC):
     def after_step(self, model: nn.Module, step: int, ctx: Context) -> None:
         """Periodic averaging or outer optimizers."""
 
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """Optimizers the strategy owns besides the run's own (an outer optimizer): the memory meter sees them."""
+        return []
+
     def data_replica(self, ctx: Context) -> tuple[int, int]:
         """(index of this rank's data replica, number of replicas): which rows of the global batch it reads."""
         return ctx.rank, ctx.world_size
@@ -112,27 +120,14 @@ class Strategy(ABC):
         return {"strategy": self.name, "mesh": {"world": ctx.world_size}}
 
 
-_REGISTRY: dict[str, type[Strategy]] = {}
-_PROVIDERS = ("baselines", "reproductions.sdp")
-# extra modules that register methods (tests, out-of-tree methods); workers inherit the environment
-PROVIDERS_ENV = "SUITE_METHOD_MODULES"
-
-
-def register(cls: type[Strategy]) -> type[Strategy]:
-    _REGISTRY[cls.name] = cls
-    return cls
-
-
 def methods() -> dict[str, type[Strategy]]:
-    """Every registered method; importing the providers registers them."""
-    extra = [m for m in os.environ.get(PROVIDERS_ENV, "").split(",") if m]
-    for module in (*_PROVIDERS, *extra):
-        importlib.import_module(module)
-    return dict(_REGISTRY)
+    """Every method the reproductions declare (suite.extensions), by name."""
+    return {name: cls for name, (cls, _) in declared("methods").items()}
 
 
-def get_strategy(cfg: RunConfig) -> Strategy:
+def get_strategy(cfg: RunConfig, variant: dict | None = None) -> Strategy:
+    """The method of `cfg`, checking `variant` (default: cfg.variant) as its parameters."""
     known = methods()
     if cfg.method not in known:
         raise ValueError(f"unknown method {cfg.method!r}; choose one of: {', '.join(sorted(known))}")
-    return known[cfg.method](cfg)
+    return known[cfg.method](cfg, cfg.variant if variant is None else variant)

@@ -13,8 +13,7 @@ import math
 import os
 import sys
 import traceback
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import torch
@@ -22,20 +21,17 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from baselines.optim import build_optimizer, param_groups
 from suite import data as data_lib
 from suite import models
 from suite.config import RunConfig
 from suite.evals import run_evals
 from suite.evals.checkpoint import full_state, plain_model, save_checkpoint
 from suite.evals.vision import image_accuracy
+from suite.meters.base import MeterContext, Metering, write_sections
+from suite.meters.builtin import meters_for
 from suite.meters.clock import StepClock, peak_flops
-from suite.meters.comm import METHOD as COMM_METHOD
 from suite.meters.comm import CommLedger
-from suite.meters.flops import FlopMeter
-from suite.meters.memory import MemoryMeter
-from suite.meters.schedule import Metered, metered
-from suite.meters.schedule import comm_steps as comm_window
+from suite.optim import describe_groups, get_spec, lr_schedule, param_groups, split_variant
 from suite.protocols import Progress, from_args
 from suite.recorder import new_record, new_run_id
 from suite.records import write_record
@@ -97,8 +93,10 @@ class Worker:
         self.record = new_record(cfg, self.world, self.device, backend, peak_flops(self.device))
         self.ledger = CommLedger()
         self.ctx = Context(cfg, self.rank, self.world, self.device, self.ledger)
-        self.strategy = get_strategy(cfg)
+        method_params, self.optimizer_params = split_variant(cfg)
+        self.strategy = get_strategy(cfg, method_params)
         self.strategy.check(self.world)
+        self.metering = Metering([])
 
     def _device(self) -> torch.device:
         if self.cfg.device == "cuda":
@@ -135,7 +133,9 @@ class Worker:
 
         with self.model_scope():
             self.model = self.strategy.build(make_model, self.ctx)
-            self.optimizer, self.schedule = build_optimizer(self.model, cfg)
+            self.optimizer = get_spec(cfg.optimizer).build(self.model, cfg, self.ctx, self.optimizer_params)
+            self.schedule = lr_schedule(self.optimizer, cfg)
+        self.metering = Metering(meters_for(self._meter_context()))
         self.replica, self.replicas = self.strategy.data_replica(self.ctx)
         self.global_rows = self.replicas * cfg.micro_batch * cfg.grad_accum
         self.step_tokens = self.global_rows * self.task.tokens_per_sequence()
@@ -143,6 +143,8 @@ class Worker:
         rec["baseline"] = self.strategy.baseline
         # composition options are part of the arm: ddp and ddp+ac are different arms of a comparison
         rec["variant"] = {**self.strategy.variant, "ac": cfg.ac, "precision": cfg.precision}
+        if cfg.optimizer != "adamw":  # the baseline optimizer; any other makes a different arm
+            rec["variant"].update({"optimizer": cfg.optimizer, **self.optimizer_params})
         rec["model"] = {
             "name": cfg.model,
             "params": full_params[0] if full_params else 0,
@@ -163,33 +165,43 @@ class Worker:
                 "global_batch_sequences": self.global_rows,
                 "data_replicas": self.replicas,
                 "groups": self.ctx.groups,
-                "optimizer_groups": {k: len(v) for k, v in param_groups(self.model).items()},
             }
         )
+        rec["optimizer"] = {
+            "name": cfg.optimizer,
+            "params": self.optimizer_params,
+            "groups": describe_groups(param_groups(self._plain_model())),
+            "outer": [type(o).__name__ for o in self.strategy.optimizers()],
+        }
         rec["protocol"] = self.protocol.describe(Progress(0, 0, 0.0, 0.0, None))
         rec["totals"]["hardware_flops"] = 0
 
     # ---- one step ----------------------------------------------------------------------------------
-    def train_step(self, step: int) -> float:
+    def train_step(self, step: int, clock: StepClock) -> torch.Tensor:
+        """One step, each phase timed apart; returns the loss as a tensor (no device sync here)."""
         cfg = self.cfg
-        loss_sum = torch.zeros((), device=self.device)
-        for micro in range(cfg.grad_accum):
-            last = micro == cfg.grad_accum - 1
-            start = micro * self.replicas * cfg.micro_batch + self.replica * cfg.micro_batch
-            x, y = self.task.batch(step, self.global_rows, start, cfg.micro_batch, self.device)
-            with self.strategy.micro_step(self.model, last):
-                with self.strategy.autocast(self.ctx):
-                    loss = self.task.loss(self.model, x, y) / cfg.grad_accum
-                loss.backward()
-            loss_sum += loss.detach()
-        self.strategy.after_backward(self.model, self.ctx)
-        if cfg.grad_clip > 0:
-            self.strategy.clip_grad_norm(self.model, cfg.grad_clip, self.ctx)
-        self.optimizer.step()
-        self.schedule.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.strategy.after_step(self.model, step, self.ctx)
-        return loss_sum.item()
+        losses = []
+        with clock.phase("forward_backward"):
+            for micro in range(cfg.grad_accum):
+                last = micro == cfg.grad_accum - 1
+                start = micro * self.replicas * cfg.micro_batch + self.replica * cfg.micro_batch
+                x, y = self.task.batch(step, self.global_rows, start, cfg.micro_batch, self.device)
+                with self.strategy.micro_step(self.model, last):
+                    with self.strategy.autocast(self.ctx):
+                        loss = self.task.loss(self.model, x, y) / cfg.grad_accum
+                    loss.backward()
+                losses.append(loss.detach())
+        with clock.phase("aggregation"):
+            self.strategy.after_backward(self.model, self.ctx)
+        with clock.phase("optimizer"):
+            if cfg.grad_clip > 0:
+                self.strategy.clip_grad_norm(self.model, cfg.grad_clip, self.ctx)
+            self.optimizer.step()
+            self.schedule.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        with clock.phase("after_step"):
+            self.strategy.after_step(self.model, step, self.ctx)
+        return torch.stack(losses).sum() if len(losses) > 1 else losses[0]
 
     @torch.no_grad()
     def evaluate(self) -> float:
@@ -208,24 +220,34 @@ class Worker:
         return t.item() / self.world
 
     # ---- the loop ----------------------------------------------------------------------------------
+    def _meter_context(self) -> MeterContext:
+        return MeterContext(
+            self.cfg,
+            self.strategy.comm_period,
+            self.device,
+            self.ledger,
+            self._plain_model,
+            lambda: [self.optimizer, *self.strategy.optimizers()],
+        )
+
+    def metered_step(self, step: int, clock: StepClock) -> tuple[torch.Tensor, bool]:
+        """One step inside the meters that run on it; (its loss, whether any meter ran)."""
+        with self.metering.step(step) as active:
+            loss = self.train_step(step, clock)
+        return loss, bool(active)
+
     def run(self) -> None:
         cfg = self.cfg
-        clock = StepClock(self.device, cfg.clock_warmup)
-        flops_per_step = hw_flops_per_step = 0.0
-        memory = None
-        step, tokens, comm_steps = 0, 0, 0
+        clock = StepClock(self.device, cfg.clock_warmup, self.strategy.comm_period)
+        flops_per_step = 0.0
+        step, tokens = 0, 0
         self._write()
         while True:
-            on = metered(cfg, step, self.strategy.comm_period)
-            flop_meter = FlopMeter() if on.flops else None
-            with clock.step(self.step_tokens, on_clock=not on.any):
-                with self.metering(on, flop_meter) as mem_meter:
-                    train_loss = self.train_step(step)
-            if on.flops:
-                flops_per_step, hw_flops_per_step = self._sum_flops(flop_meter)
-            if mem_meter:
-                memory = mem_meter.result()
-            comm_steps += on.comm
+            metered = bool(self.metering.active(step))
+            with clock.step(step, self.step_tokens, on_clock=not metered):
+                loss, _ = self.metered_step(step, clock)
+            if step in self.metering_steps("flops"):
+                flops_per_step = self._sum_flops()
             step += 1
             tokens += self.step_tokens
             evaluate = step % cfg.eval_every == 0
@@ -235,25 +257,17 @@ class Worker:
             if stop and val_loss is None:
                 progress = dataclasses.replace(progress, val_loss=self.evaluate())
             if evaluate or stop or step % cfg.log_every == 0 or step == 1:
-                self._log(progress, self._mean(train_loss), clock)
+                self._log(progress, self._mean(loss.item()), clock)
             if evaluate:
                 self._write()
             if stop:
                 break
         self._final_evals()
-        self._close(progress, clock, flops_per_step, hw_flops_per_step, memory, comm_steps)
+        self._close(progress, clock, flops_per_step)
 
-    @contextmanager
-    def metering(self, on: Metered, flop_meter: FlopMeter | None) -> Iterator[MemoryMeter | None]:
-        """The meters `on` asks for around one step (ledger, FLOP counter, memory tracker); yields the memory
-        meter, or None. A meter not asked for is not entered, so unmetered steps cost nothing extra."""
-        mem_meter = MemoryMeter(self._plain_model(), self.optimizer, self.device) if on.memory else None
-        with (
-            self.ledger if on.comm else nullcontext(),
-            flop_meter if on.flops else nullcontext(),
-            mem_meter.measure() if mem_meter else nullcontext(),
-        ):
-            yield mem_meter
+    def metering_steps(self, name: str) -> range:
+        """The steps the meter `name` runs on (empty when it does not run)."""
+        return next((m.steps() for m in self.metering.meters if m.name == name), range(0))
 
     def _final_evals(self) -> None:
         """Checkpoint and downstream scores of the evaluation model, off the clock and off the ledger."""
@@ -280,10 +294,12 @@ class Worker:
     def _plain_model(self) -> nn.Module:
         return getattr(self.model, "module", self.model)
 
-    def _sum_flops(self, meter: FlopMeter) -> tuple[float, float]:
-        t = torch.tensor([float(meter.model_flops), float(meter.hardware_flops)], dtype=torch.float64)
+    def _sum_flops(self) -> float:
+        """Model FLOPs of one step over all ranks, as soon as they are counted (an equal-FLOPs budget needs them)."""
+        counted = self.metering.results()["flops"] or {"model": 0}
+        t = torch.tensor([float(counted["model"])], dtype=torch.float64)
         dist.all_reduce(t, group=self.control)
-        return t[0].item(), t[1].item()
+        return t.item()
 
     def _log(self, p: Progress, train_loss: float, clock: StepClock) -> None:
         self.record["curve"].append(
@@ -321,56 +337,30 @@ class Worker:
         dist.all_gather_object(out, obj, group=self.control)
         return out
 
-    def _close(
-        self,
-        p: Progress,
-        clock: StepClock,
-        flops_per_step: float,
-        hw_flops_per_step: float,
-        memory: dict | None,
-        comm_steps: int,
-    ) -> None:
-        cfg, rec = self.cfg, self.record
-        memories = self._gather(memory)
-        ledgers = self._gather(self.ledger.ops())
-        rec["totals"] = {
-            "steps": p.step,
-            "tokens": p.tokens,
-            "flops": p.step * flops_per_step,
-            "hardware_flops": p.step * hw_flops_per_step,
-            "wall_s": clock.elapsed,
-        }
+    def _close(self, p: Progress, clock: StepClock, flops_per_step: float) -> None:
+        rec = self.record
+        results = self._gather(self.metering.results())
+        rec["totals"] = {"steps": p.step, "tokens": p.tokens, "flops": 0, "hardware_flops": 0, "wall_s": clock.elapsed}
         rec["protocol"] = self.protocol.describe(p)
-        unmeasured = "not measured: " + (f"the run ended before step {cfg.mem_step}" if cfg.meters else "meters off")
-        rec["memory"] = {
-            "method": memories[0]["method"] if memories[0] else unmeasured,
-            "per_rank": [
-                {"rank": r, **{k: v for k, v in m.items() if k != "method"}} for r, m in enumerate(memories) if m
-            ],
-        }
-        window = comm_window(cfg, self.strategy.comm_period)
-        rec["comm"] = {
-            "method": f"{COMM_METHOD}; counted on steps {window.start}-{window.stop - 1} "
-            f"(one period of the method's pattern), off the clock",
-            "steps": comm_steps,
-            "per_rank": [{"rank": r, "ops": ops} for r, ops in enumerate(ledgers)],
-        }
+        write_sections(self.metering.types(), dict(enumerate(results)), rec)
         tps = clock.tokens_per_s()
         peak = rec["env"]["peak_flops"]
+        step_s = clock.step_s()
         rec["throughput"] = {
             "tokens_per_s": tps,
             "samples_per_s": tps / self.task.tokens_per_sequence() if tps else None,
-            "step_s": clock.step_s(),
+            "step_s": step_s,
             "step_s_median": clock.median_step_s(),
             "timed_steps": clock.timed_steps,
-            "mfu": (flops_per_step / clock.step_s()) / (peak * self.world)
-            if peak and clock.step_s() and flops_per_step
-            else None,
+            "period": clock.period,
+            "whole_periods": clock.whole_periods(),
+            "phases_s_median": clock.phase_medians(),
+            "method": "wall-clock of timed steps (after warm-up, metered steps and evaluation excluded), over "
+            "whole periods of the method's pattern; step_s_median: the median over periods of their mean step; "
+            "phases: medians of forward+backward, gradient aggregation no wrapper does, optimizer step "
+            "(clipping included) and after-step work",
+            "mfu": (flops_per_step / step_s) / (peak * self.world) if peak and step_s and flops_per_step else None,
         }
-        rec["flops_method"] = (
-            f"FlopCounterMode on step {cfg.flop_step} of every rank, summed over ranks; "
-            "every step has the same shapes, so totals = steps x that count"
-        )
         rec["status"] = "complete"
         self._write()
 

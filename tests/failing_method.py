@@ -1,13 +1,15 @@
-"""A test-only method that dies after its second step (registered through SUITE_METHOD_MODULES)."""
+"""A test-only reproduction whose method dies after its second step (loaded through SUITE_REPRODUCTIONS)."""
 
 from baselines.ddp import DDP
-from suite.strategy import register
+from suite.extensions import Reproduction
 
 
-@register
 class FailingDDP(DDP):
     name = "test-fail"
 
     def after_step(self, model, step, ctx) -> None:
         if step == 1:
             raise RuntimeError("injected failure at step 2")
+
+
+REPRODUCTION = Reproduction("test-fail", "a method that dies after its second step", methods=(FailingDDP,))

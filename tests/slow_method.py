@@ -1,7 +1,7 @@
 """A test-only method: DDP that sleeps after every optimizer step, so the throughput gate has a slow-down to find.
 
-Workers register it when SUITE_METHOD_MODULES=tests.slow_method is in their environment
-(suite.strategy.methods imports the modules listed there); nothing outside the tests imports it.
+Workers see it when SUITE_REPRODUCTIONS=tests.slow_method is in their environment (suite.extensions
+imports the modules listed there); nothing outside the tests imports it.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import ClassVar
 from torch import nn
 
 from baselines.ddp import DDP
-from suite.strategy import Context, register
+from suite.extensions import Reproduction
+from suite.strategy import Context
 
 
-@register
 class SlowDDP(DDP):
     name = "ddp-slow"
     baseline = False
@@ -24,3 +24,6 @@ class SlowDDP(DDP):
     def after_step(self, model: nn.Module, step: int, ctx: Context) -> None:
         # inside the step clock, as a slower method's own work would be
         time.sleep(self.variant.get("sleep_s", 0.0))
+
+
+REPRODUCTION = Reproduction("test-slow", "DDP that sleeps after every optimizer step", methods=(SlowDDP,))

@@ -208,7 +208,7 @@ def test_committed_reference_covers_every_pair_with_its_settings():
 
 @pytest.mark.slow
 def test_gate_reports_a_method_slowed_on_purpose(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("SUITE_METHOD_MODULES", "tests.slow_method")
+    monkeypatch.setenv("SUITE_REPRODUCTIONS", "tests.slow_method")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     for name in (*WORKER_ENV, "OMP_NUM_THREADS"):  # the launcher sets these; restore them afterwards
         monkeypatch.delenv(name, raising=False)

@@ -190,7 +190,7 @@ def test_flops_time_and_target_budgets(runs):
 
 def test_a_run_that_dies_leaves_a_failed_record(runs):
     rec = runs(
-        "test-fail", "--nproc", "2", *STEPS3, env={"SUITE_METHOD_MODULES": "tests.failing_method"}, expect_ok=False
+        "test-fail", "--nproc", "2", *STEPS3, env={"SUITE_REPRODUCTIONS": "tests.failing_method"}, expect_ok=False
     )
     assert rec["status"] == "failed"
     assert "injected failure at step 2" in rec["error"]

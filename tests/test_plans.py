@@ -10,14 +10,15 @@ import pytest
 
 from suite.cli import config_from_args, parser
 from suite.config import RunConfig
-from suite.plans import REPRODUCTIONS, Estimate, load_plan
+from suite.extensions import reproductions
+from suite.plans import Estimate, load_plan
 from suite.records import read_record, validate
 from suite.reproduce import run_estimate
 
 A100 = "4xA100-nvlink-4x200gbIB"
 
 
-@pytest.mark.parametrize("name", REPRODUCTIONS)
+@pytest.mark.parametrize("name", sorted(reproductions()))
 def test_smoke_commands_give_back_their_runs(name):
     for cfg in load_plan(name, "smoke").runs:
         argv = shlex.split(cfg.command)[3:]

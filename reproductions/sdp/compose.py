@@ -41,7 +41,7 @@ from baselines.checkpointing import apply_activation_checkpointing
 from baselines.fsdp import _gradient_sync
 from reproductions.sdp.masks import Mask
 from reproductions.sdp.method import SHARED, BlockSDP, _whole, drop_blocks, maskable_blocks
-from suite.strategy import Context, local_tensor, register
+from suite.strategy import Context, local_tensor
 
 READINGS = ("none", "holders", "worker")
 
@@ -60,7 +60,6 @@ def padded_numel(shape: tuple[int, ...], n: int) -> int:
     return math.ceil(shape[0] / n) * n * math.prod(shape[1:])
 
 
-@register
 class ComposedBlockSDP(BlockSDP):
     """b-sdp with `fsdp=none` (plain, method.py), `holders` or `worker` (this module's docstring)."""
 

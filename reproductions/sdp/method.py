@@ -34,7 +34,7 @@ from baselines.checkpointing import apply_activation_checkpointing
 from reproductions.sdp.masks import Mask, assign
 from suite import models
 from suite.models import blocks_of
-from suite.strategy import Context, Strategy, local_tensor, register
+from suite.strategy import Context, Strategy, local_tensor
 
 AGGREGATIONS = ("groups", "dense")
 SHARED = -1  # component index of the parts every rank holds
@@ -432,12 +432,11 @@ def formula_bytes(mask: Mask, component_bytes: dict[int, int], aggregation: str,
 
 
 class BlockSDP(SubnetworkDP):
-    """B-SDP: whole residual blocks, forward masking (registered by compose.py, which adds the FSDP readings)."""
+    """B-SDP: whole residual blocks, forward masking (declared through compose.py, which adds the FSDP readings)."""
 
     name = "b-sdp"
 
 
-@register
 class BackwardBlockSDP(SubnetworkDP):
     """B_beta-SDP: whole residual blocks, full forward, masked gradients and aggregation."""
 

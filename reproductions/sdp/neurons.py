@@ -1,4 +1,4 @@
-"""N-SDP (arXiv 2507.09029): forward masking over MLP neurons and conv channels, registered as `n-sdp`.
+"""N-SDP (arXiv 2507.09029): forward masking over MLP neurons and conv channels, declared as `n-sdp`.
 
 Written here because no library builds a narrower copy of a layer from chosen neurons: torch's pruning
 (torch.nn.utils.prune) multiplies by a mask and keeps the full tensors, which is what forward masking
@@ -39,7 +39,7 @@ from reproductions.sdp.masks import assign
 from reproductions.sdp.method import SHARED, SubnetworkDP, _whole
 from suite import models
 from suite.models.llama import Block
-from suite.strategy import Context, register
+from suite.strategy import Context
 
 DEFAULT_GROUPS = 8
 # the attribute holding a module's size along its neuron dimension, for an honest repr of a sliced module
@@ -190,7 +190,6 @@ def _tensors(model: nn.Module) -> dict[str, torch.Tensor]:
     return {**dict(model.named_parameters()), **dict(model.named_buffers())}
 
 
-@register
 class NeuronSDP(SubnetworkDP):
     """N-SDP: groups of MLP neurons or conv channels, forward masking, the same groups in every layer."""
 

@@ -1,7 +1,8 @@
 """One rank's estimate: the real Worker, strategy and meters, run in the fake world for a few steps.
 
-The metering follows Worker.run through the same schedule (suite/meters/schedule.py), so an estimate
-and a measured run are comparable number for number. The loop's own control messages (stop votes,
+The steps run through Worker.metered_step, inside the same meters as a measured run (suite/meters), so an
+estimate and a measured run are comparable number for number, and their record sections are built by the
+same code. The loop's own control messages (stop votes,
 loss means, record gathering) are not run: they need peers.
 """
 
@@ -15,8 +16,7 @@ import torch
 
 from suite.config import RunConfig
 from suite.estimate.fake import FakeTensors, fake_world
-from suite.meters.flops import FlopMeter
-from suite.meters.schedule import last_metered_step, metered
+from suite.meters.clock import StepClock
 from suite.strategy import local_tensor
 from suite.train import Worker
 
@@ -41,16 +41,12 @@ class RankEstimate:
     numels: dict
     record: dict
     steps: int = 0
-    comm_steps: int = 0
-    memory: dict = field(default_factory=dict)
-    comm: list = field(default_factory=list)
-    model_flops: int = 0
-    hardware_flops: int = 0
+    results: dict = field(default_factory=dict)  # Metering.results(): each meter's local result
+    meters: list = field(default_factory=list)  # the meters' types, to build the record's sections
 
-
-def steps_of(cfg: RunConfig, period: int) -> int:
-    """Steps an estimate runs: through the last metered one."""
-    return last_metered_step(cfg, period) + 1
+    @property
+    def flops(self) -> dict:
+        return self.results.get("flops") or {"model": 0, "hardware": 0}
 
 
 def signature(worker: Worker) -> tuple:
@@ -74,30 +70,18 @@ def local_numels(worker: Worker) -> dict[str, int]:
     return {name: local_tensor(p).numel() for name, p in worker.model.named_parameters()}
 
 
-def _run_steps(worker: FakeWorker, steps: int) -> tuple[dict, FlopMeter, int]:
-    cfg = worker.cfg
-    memory, flops, comm_steps = {}, FlopMeter(), 0
-    with worker.fakes.active():
-        for step in range(steps):
-            on = metered(cfg, step, worker.strategy.comm_period)
-            with worker.metering(on, flops) as mem_meter:
-                worker.train_step(step)
-            if mem_meter:
-                memory = mem_meter.result()
-            comm_steps += on.comm
-    return memory, flops, comm_steps
-
-
 def estimate_rank(cfg: RunConfig, rank: int, gpus_per_node: int, step: bool = True) -> RankEstimate:
-    """Build rank `rank` of `cfg.nproc` on fake tensors and, if `step`, run and meter its steps."""
+    """Build rank `rank` of `cfg.nproc` on fake tensors and, if `step`, run its steps through the last metered one."""
     fakes = FakeTensors()
     with fake_world(rank, cfg.nproc, gpus_per_node):
         worker = FakeWorker(cfg, fakes)
         worker.build()
         out = RankEstimate(rank, signature(worker), local_numels(worker), worker.record)
         if step:
-            out.steps = steps_of(cfg, worker.strategy.comm_period)
-            out.memory, flops, out.comm_steps = _run_steps(worker, out.steps)
-            out.comm = worker.ledger.ops()
-            out.model_flops, out.hardware_flops = flops.model_flops, flops.hardware_flops
+            out.steps = worker.metering.last_step() + 1
+            clock = StepClock(worker.device, 0, worker.strategy.comm_period)
+            with fakes.active():
+                for i in range(out.steps):
+                    worker.metered_step(i, clock)
+            out.results, out.meters = worker.metering.results(), worker.metering.types()
     return out

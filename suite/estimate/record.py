@@ -11,20 +11,9 @@ import copy
 
 from suite.estimate.fake import BACKEND
 from suite.estimate.rank import RankEstimate
-from suite.meters.comm import METHOD as COMM_METHOD
+from suite.meters.base import write_sections
 
 FAKE_DEVICE_NAME = "fake tensors (torch FakeTensorMode) on cpu, fake process group"
-
-
-def _memory_row(est: RankEstimate, rank: int) -> dict:
-    row = {k: v for k, v in est.memory.items() if k != "method"}
-    row["rss_peak_bytes"] = None  # the estimating process's RSS says nothing about the estimated rank
-    return {"rank": rank, **row}
-
-
-def _memory_method(method: str) -> str:
-    tracker = method.split(";")[0].replace(" (cpu)", "")
-    return f"estimated: {tracker}, on fake tensors (no data, no allocator; no RSS)"
 
 
 def build_record(
@@ -40,38 +29,17 @@ def build_record(
     first = ranks[0]
     rec = copy.deepcopy(first.record)
     steps = first.steps
-    per_step = sum(by_rank[stands_for[r]].model_flops for r in stands_for)
-    per_step_hw = sum(by_rank[stands_for[r]].hardware_flops for r in stands_for)
     tokens = steps * rec["parallel"]["global_batch_tokens"]
     listed = sorted(by_rank) if symmetry else sorted(stands_for)
+    weight = {r: sum(1 for s in stands_for.values() if s == r) for r in listed} if symmetry else None
     rec.update(
         {
             "status": "complete",
             "provenance": "estimated",
             "curve": [],
             "protocol": {"kind": "tokens", "budget": tokens, "target": None, "reached": True},
-            "totals": {
-                "steps": steps,
-                "tokens": tokens,
-                "flops": steps * per_step,
-                "hardware_flops": steps * per_step_hw,
-                "wall_s": 0.0,
-            },
-            "memory": {
-                "method": _memory_method(first.memory["method"]),
-                "per_rank": [_memory_row(by_rank[stands_for[r]], r) for r in listed],
-            },
-            "comm": {
-                "method": f"{COMM_METHOD}; counted on the fake process group",
-                "steps": first.comm_steps,
-                "per_rank": [{"rank": r, "ops": by_rank[stands_for[r]].comm} for r in listed],
-            },
+            "totals": {"steps": steps, "tokens": tokens, "flops": 0, "hardware_flops": 0, "wall_s": 0.0},
             "throughput": {"tokens_per_s": None, "samples_per_s": None, "step_s": None, "mfu": None},
-            "flops_method": (
-                f"FlopCounterMode on fake tensors, step {rec['settings']['flop_step']} of each estimated "
-                "rank; totals = steps x the sum over all ranks, each rank counted as the estimated "
-                "rank of its signature"
-            ),
             "estimate": {
                 "estimated_ranks": sorted(by_rank),
                 "checked_ranks": checked,
@@ -79,11 +47,12 @@ def build_record(
                 "steps": steps,
                 "gpus_per_node": gpus_per_node,
                 "wall_s": wall_s,
-                "flops_per_rank_step": {str(r): by_rank[r].model_flops for r in sorted(by_rank)},
-                "hardware_flops_per_rank_step": {str(r): by_rank[r].hardware_flops for r in sorted(by_rank)},
+                "flops_per_rank_step": {str(r): by_rank[r].flops["model"] for r in sorted(by_rank)},
+                "hardware_flops_per_rank_step": {str(r): by_rank[r].flops["hardware"] for r in sorted(by_rank)},
             },
         }
     )
+    write_sections(first.meters, {r: by_rank[stands_for[r]].results for r in listed}, rec, weight)
     rec["env"].update(
         {
             "backend": BACKEND,

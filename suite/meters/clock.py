@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 
@@ -24,27 +25,45 @@ def peak_flops(device: torch.device) -> float | None:
     return PEAK_FLOPS.get(torch.cuda.get_device_name(device))
 
 
-class StepClock:
-    """Times steps; the first `warmup` timed steps and any step marked off the clock are excluded."""
+# the parts of a step timed apart (DESIGN.md: an optimizer-step speed-up is never quoted as a training one)
+PHASES = ("forward_backward", "aggregation", "optimizer", "after_step")
 
-    def __init__(self, device: torch.device, warmup: int) -> None:
+
+@dataclass
+class _Step:
+    index: int
+    seconds: float
+    tokens: int
+    phases: dict[str, float]
+
+
+class StepClock:
+    """Times steps; the first `warmup` steps and any step marked off the clock are excluded.
+
+    A method that communicates every `period` steps (averaging, outer optimizers) has steps of unequal
+    cost, so throughput is taken over whole periods only (steps [k*period, (k+1)*period) all timed):
+    tokens/s over them, and the median over periods of their mean step, which a burst of load on a shared
+    machine moves least. With period 1 that is the median step.
+    """
+
+    def __init__(self, device: torch.device, warmup: int, period: int = 1) -> None:
         self.device = device
         self.warmup = warmup
+        self.period = max(period, 1)
         self.elapsed = 0.0
-        self.timed_s = 0.0
-        self.timed_steps = 0
-        self.timed_tokens = 0
-        self.durations: list[float] = []
+        self.timed: list[_Step] = []
         self._seen = 0
+        self._phases: dict[str, float] = {}
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
     @contextmanager
-    def step(self, tokens: int, on_clock: bool = True):
-        """Time one training step of `tokens` tokens (all workers); `on_clock=False` for metered steps."""
+    def step(self, index: int, tokens: int, on_clock: bool = True):
+        """Time step `index` of `tokens` tokens (all workers); `on_clock=False` for metered steps."""
         self._sync()
+        self._phases = {}
         start = time.perf_counter()
         yield
         self._sync()
@@ -52,17 +71,48 @@ class StepClock:
         self.elapsed += dt
         self._seen += 1
         if on_clock and self._seen > self.warmup:
-            self.timed_s += dt
-            self.timed_steps += 1
-            self.timed_tokens += tokens
-            self.durations.append(dt)
+            self.timed.append(_Step(index, dt, tokens, self._phases))
+
+    @contextmanager
+    def phase(self, name: str):
+        """Time one phase of the current step (PHASES)."""
+        self._sync()
+        start = time.perf_counter()
+        yield
+        self._sync()
+        self._phases[name] = self._phases.get(name, 0.0) + time.perf_counter() - start
+
+    def _periods(self) -> list[list[_Step]]:
+        by_period: dict[int, list[_Step]] = {}
+        for s in self.timed:
+            by_period.setdefault(s.index // self.period, []).append(s)
+        return [steps for steps in by_period.values() if len(steps) == self.period]
+
+    @property
+    def timed_steps(self) -> int:
+        return len(self.timed)
+
+    def whole_periods(self) -> int:
+        return len(self._periods())
 
     def tokens_per_s(self) -> float | None:
-        return self.timed_tokens / self.timed_s if self.timed_s > 0 else None
+        steps = [s for period in self._periods() for s in period]
+        seconds = sum(s.seconds for s in steps)
+        return sum(s.tokens for s in steps) / seconds if seconds > 0 else None
 
     def step_s(self) -> float | None:
-        return self.timed_s / self.timed_steps if self.timed_steps else None
+        """Mean step over whole periods."""
+        steps = [s for period in self._periods() for s in period]
+        return sum(s.seconds for s in steps) / len(steps) if steps else None
 
     def median_step_s(self) -> float | None:
-        """The median timed step: on a shared machine a burst of load slows a few steps, and moves it least."""
-        return statistics.median(self.durations) if self.durations else None
+        """The median over whole periods of their mean step."""
+        means = [sum(s.seconds for s in period) / len(period) for period in self._periods()]
+        return statistics.median(means) if means else None
+
+    def phase_medians(self) -> dict[str, float | None]:
+        """Median seconds of each phase over the timed steps (a phase a step did not run counts as 0)."""
+        return {
+            name: statistics.median(s.phases.get(name, 0.0) for s in self.timed) if self.timed else None
+            for name in PHASES
+        }

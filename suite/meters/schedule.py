@@ -1,42 +1,28 @@
-"""Which meters run on which step.
+"""Which steps the built-in meters run on, all off the clock.
 
-Every meter runs on its own few steps, kept off the clock: the FLOP counter on `flop_step`, the memory
-tracker on `mem_step`, the communication ledger on one period of the method's communication pattern
-starting at `comm_step`. Each is a TorchDispatchMode or hooks every tensor, and running one on every step
-would slow the timed steps by about 10% (measured by the bench pair meters/no-meters); every step of one
-period issues the same collectives, so one period gives the per-step bytes exactly. The training loop
-and the estimator both read this schedule, so an estimate meters the same steps a real run does.
+Steps 0 and 1 are warm-up (DDP runs step 0 with one bucket for the whole model and rebuilds its buckets
+after it, broadcasting once on step 1), so the memory tracker and the communication ledger start on step
+2 (`mem_step`, `comm_step`), where every step of a period issues the steady state's collectives, and
+each covers one whole period of the method's communication pattern (Strategy.comm_period): memory is
+the maximum over the period, bytes and calls are the period's totals. The FLOP counter runs on
+`flop_step` (0: every step has the same shapes). Both windows may overlap: the tracker and the ledger
+observe without interfering. Running a meter on every step would slow the timed steps (each is a
+TorchDispatchMode or hooks every tensor), so timed steps run with none.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from suite.config import RunConfig
 
 
-@dataclass(frozen=True)
-class Metered:
-    flops: bool
-    memory: bool
-    comm: bool
+def flop_steps(cfg: RunConfig) -> range:
+    return range(cfg.flop_step, cfg.flop_step + 1) if cfg.meters else range(0)
 
-    @property
-    def any(self) -> bool:
-        return self.flops or self.memory or self.comm
+
+def memory_steps(cfg: RunConfig, period: int) -> range:
+    return range(cfg.mem_step, cfg.mem_step + max(period, 1)) if cfg.meters else range(0)
 
 
 def comm_steps(cfg: RunConfig, period: int) -> range:
-    """The steps the communication ledger counts."""
-    return range(cfg.comm_step, cfg.comm_step + max(period, 1))
-
-
-def metered(cfg: RunConfig, step: int, period: int) -> Metered:
-    """Which meters run on `step` of a run whose strategy repeats its communication every `period` steps."""
-    if not cfg.meters:
-        return Metered(False, False, False)
-    return Metered(step == cfg.flop_step, step == cfg.mem_step, step in comm_steps(cfg, period))
-
-
-def last_metered_step(cfg: RunConfig, period: int) -> int:
-    return max(cfg.flop_step, cfg.mem_step, comm_steps(cfg, period)[-1])
+    """The steps the communication ledger counts: one whole period from `comm_step`."""
+    return range(cfg.comm_step, cfg.comm_step + max(period, 1)) if cfg.meters else range(0)

@@ -1,0 +1,137 @@
+"""Reproductions plug into the suite: each folder declares what it adds, and the suite finds the folders.
+
+A reproduction is one package `reproductions/<name>/` whose `__init__.py` sets
+
+    REPRODUCTION = Reproduction(name="sdp", description="...", methods=(BlockSDP, ...), plan=plan,
+                                claims=Path(__file__).with_name("claims.yaml"), pairs=(...,))
+
+and the suite discovers it by scanning the `reproductions` package, plus the folders (or dotted modules)
+listed in the environment variable SUITE_REPRODUCTIONS, for out-of-tree work and tests (workers inherit
+the environment, so a launched run sees the same reproductions). Nothing in the suite lists them: adding
+a reproduction touches its own folder and its tests (torchtitan's TrainSpec, AlgoPerf's submission folder).
+
+Matched baselines (DDP, FSDP2, AdamW, ...) are declared the same way, by the `baselines` reproduction.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+# the in-tree package scanned for reproductions (the layout of DESIGN.md)
+PACKAGE = "reproductions"
+ENV = "SUITE_REPRODUCTIONS"
+DECLARATION = "REPRODUCTION"
+
+
+@dataclass(frozen=True)
+class Reproduction:
+    """What one reproduction adds; every field but the name and description is optional.
+
+    methods: Strategy subclasses (each with a unique `name`); optimizers: OptimizerSpec (suite.optim);
+    meters: Meter subclasses (suite.meters.base) run on every run where they apply; plan: preset -> Plan;
+    claims: its claims.yaml; pairs: bench pairs (suite.pairs.Pair) for the throughput gate.
+    """
+
+    name: str
+    description: str
+    methods: tuple[type, ...] = ()
+    optimizers: tuple[Any, ...] = ()
+    meters: tuple[type, ...] = ()
+    plan: Callable[[str], Any] | None = None
+    claims: Path | None = None
+    pairs: tuple[Any, ...] = ()
+    module: str = field(default="", compare=False)
+
+
+class ExtensionError(ValueError):
+    """A reproduction that cannot be loaded, or two that declare the same name."""
+
+
+def _in_tree() -> list[str]:
+    try:
+        package = importlib.import_module(PACKAGE)
+    except ModuleNotFoundError:
+        return []
+    return [f"{PACKAGE}.{m.name}" for m in pkgutil.iter_modules(package.__path__) if m.ispkg]
+
+
+def _out_of_tree() -> list[str]:
+    """Modules named in SUITE_REPRODUCTIONS: a folder is imported as the package it is, from its parent."""
+    modules = []
+    for entry in filter(None, (e.strip() for e in os.environ.get(ENV, "").split(os.pathsep))):
+        folder = Path(entry)
+        if folder.is_dir():
+            if not (folder / "__init__.py").is_file():
+                raise ExtensionError(f"{ENV}: {entry!r} is a folder without __init__.py; a reproduction is a package")
+            parent = str(folder.resolve().parent)
+            if parent not in sys.path:
+                sys.path.insert(0, parent)
+            modules.append(folder.resolve().name)
+        else:
+            modules.append(entry)
+    return modules
+
+
+def _load(module_name: str) -> Reproduction | None:
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name and module_name.startswith(err.name):
+            raise ExtensionError(
+                f"{ENV}: no module or folder {module_name!r}; give a folder path or a module"
+            ) from None
+        raise
+    declared = getattr(module, DECLARATION, None)
+    if declared is None:
+        return None
+    if not isinstance(declared, Reproduction):
+        raise ExtensionError(f"{module_name}.{DECLARATION} must be a suite.extensions.Reproduction")
+    return Reproduction(**{**declared.__dict__, "module": module_name})
+
+
+@cache
+def _discover(env: str) -> dict[str, Reproduction]:
+    found: dict[str, Reproduction] = {}
+    for module_name in (*_in_tree(), *_out_of_tree()):
+        rep = _load(module_name)
+        if rep is None:
+            continue
+        if rep.name in found:
+            raise ExtensionError(f"two reproductions are named {rep.name!r}: {found[rep.name].module} and {rep.module}")
+        found[rep.name] = rep
+    return found
+
+
+def reproductions() -> dict[str, Reproduction]:
+    """Every reproduction found, by name (cached per value of SUITE_REPRODUCTIONS)."""
+    return _discover(os.environ.get(ENV, ""))
+
+
+def get_reproduction(name: str) -> Reproduction:
+    found = reproductions()
+    if name not in found:
+        raise ValueError(
+            f"unknown reproduction {name!r}; choose one of: {', '.join(sorted(found))} "
+            f"(`python -m suite reproduce --list` describes them)"
+        )
+    return found[name]
+
+
+def declared(kind: str) -> dict[str, tuple[Any, Reproduction]]:
+    """Every method, optimizer or meter (`kind`) declared by any reproduction, by its name, with its declarer."""
+    out: dict[str, tuple[Any, Reproduction]] = {}
+    for rep in reproductions().values():
+        for item in getattr(rep, kind):
+            name = item.name
+            if name in out and out[name][0] is not item:
+                raise ExtensionError(f"{kind[:-1]} {name!r} is declared by both {out[name][1].name} and {rep.name}")
+            out[name] = (item, rep)
+    return out
