@@ -11,9 +11,10 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 import suite.estimate
 from suite import models
 from suite.cli import main
+from suite.compare import compare, format_comparison
 from suite.config import RunConfig
 from suite.estimate import estimate, sampled_ranks
-from suite.estimate.compare import compare, format_comparison, measure_beside
+from suite.estimate.compare import measure_beside
 from suite.meters.flops import transformer_step_flops
 from suite.records import read_record, validate
 

@@ -1,6 +1,6 @@
 """Each estimate beside the measured runs of its configuration, quantity by quantity.
 
-suite.estimate.compare decides what "the same configuration" is and judges each quantity with the
+suite.compare decides what "the same configuration" is and judges each quantity with the
 tolerances of `python -m suite estimate --measure`; this module only lays the rows out. Measured runs
 are looked up among all records, whatever their reproduction, and only provenance `measured` counts:
 a simulated record repeats its source's ledger and memory, so it would pass for a measurement.
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from suite.claims import evidence_label
-from suite.estimate.compare import Row, compare_per_step, config_key, per_step
+from suite.compare import Row, compare_per_step, config_key, per_step
 from suite.report import frames
 from suite.report.tables import Cell, Table, fmt_bytes, fmt_sci, missing, number, text
 
