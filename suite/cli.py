@@ -211,6 +211,25 @@ def _list_reproductions() -> int:
     return 0
 
 
+def cmd_micro(args: argparse.Namespace, argv: list[str]) -> int:
+    from suite.plans import load_plan
+    from suite.reproduce import run_micro
+
+    try:
+        plan = load_plan(args.name, args.preset)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    items = {item.name: item for item in plan.micro}
+    if args.item not in items:
+        known = ", ".join(items) or "none"
+        raise UsageError(f"{args.name} ({args.preset}) has no microbenchmark {args.item!r}; its items: {known}")
+    results = Path(args.results)
+    _check_writable(results)
+    record = run_micro(plan, items[args.item], results, "micro")
+    print(results / f"{record['run_id']}.json")
+    return 0
+
+
 def _default_preset() -> str:
     import torch
 
@@ -351,6 +370,11 @@ def parser() -> argparse.ArgumentParser:
     )
     rep.add_argument("--results", help="folder for the run records (default results/runs/NAME-PRESET)")
     rep.add_argument("--report", help="folder for the HTML report (default reports/NAME)")
+    mic = sub.add_parser("micro", help="run one microbenchmark item of a reproduction's plan; prints its record's path")
+    mic.add_argument("name", help="a reproduction (`python -m suite reproduce --list`)")
+    mic.add_argument("item", help="the item's name in the plan")
+    mic.add_argument("--preset", choices=("smoke", "gpu", "paper"), default="smoke")
+    mic.add_argument("--results", default="results/runs", help="folder for the record")
     add_evaluate_command(sub)
     rp = sub.add_parser("report", help="regenerate the HTML report from run records alone")
     rp.add_argument("results_dir")
@@ -372,6 +396,7 @@ COMMANDS = {
     "report": cmd_report,
     "evaluate": cmd_evaluate,
     "estimate": cmd_estimate,
+    "micro": cmd_micro,
     "simulate": cmd_simulate,
 }
 

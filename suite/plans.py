@@ -13,6 +13,7 @@ from pathlib import Path
 
 from suite.config import RunConfig
 from suite.extensions import get_reproduction
+from suite.micro import Microbench
 
 PRESETS = ("smoke", "gpu", "paper")
 
@@ -40,6 +41,7 @@ class Plan:
     claims: Path | None = None
     notes: list[str] = field(default_factory=list)
     estimates: list[Estimate] = field(default_factory=list)
+    micro: list[Microbench] = field(default_factory=list)  # microbenchmark items (suite/micro.py)
 
 
 def load_plan(name: str, preset: str) -> Plan:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from suite.config import command_line
 from suite.launch import launch
+from suite.micro import Microbench, micro_record
 from suite.plans import Estimate, Plan
 from suite.records import read_record, summary_row, write_record
 
@@ -25,7 +26,18 @@ def run_plan(plan: Plan, results: Path) -> list[dict]:
         print(path, file=sys.stderr, flush=True)
     for i, est in enumerate(plan.estimates, 1):
         records += run_estimate(est, results, f"estimate {i}/{len(plan.estimates)}")
+    for i, item in enumerate(plan.micro, 1):
+        records.append(run_micro(plan, item, results, f"micro {i}/{len(plan.micro)}"))
     return records
+
+
+def run_micro(plan: Plan, item: Microbench, results: Path, progress: str) -> dict:
+    """Measure one microbenchmark item of `plan` in this process and write its record into `results`."""
+    command = f"python -m suite micro {plan.name} {item.name} --preset {plan.preset} --results {results}"
+    print(f"[{progress}] {command}", file=sys.stderr, flush=True)
+    record = micro_record(item, plan.name, command, str(results))
+    print(write_record(record, results / f"{record['run_id']}.json"), file=sys.stderr, flush=True)
+    return record
 
 
 def run_estimate(est: Estimate, results: Path, progress: str) -> list[dict]:

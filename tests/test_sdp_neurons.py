@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from baselines.optim import build_optimizer
+from baselines.optim import build_adamw
 from reproductions.sdp.method import count_blocks, drop_blocks
 from reproductions.sdp.neurons import GroupSlice, cut_tensors, group_bounds, local_starts, neuron_layers, slice_neurons
 from suite.config import RunConfig
@@ -89,7 +89,7 @@ def test_group_slices_write_through_to_the_sliced_gradient():
 
 
 def _train_step_memory(model: nn.Module) -> dict:
-    optimizer, _ = build_optimizer(model, RunConfig())
+    optimizer = build_adamw(model, RunConfig(), None, {})
     tokens = torch.randint(0, 256, (4, 65))
     meter = MemoryMeter(model, optimizer, torch.device("cpu"))
     with meter.measure():

@@ -72,7 +72,8 @@ class Memory(Meter):
 
     @contextmanager
     def wrap(self, step: int):
-        self.meter = MemoryMeter(self.ctx.model(), self.ctx.optimizers(), self.ctx.device)
+        opts = self.ctx.optimizers()  # TEMP-HELPER1
+        self.meter = MemoryMeter(self.ctx.model(), opts[0] if len(opts) == 1 else opts, self.ctx.device)
         with self.meter.measure():
             yield
 

@@ -1,0 +1,162 @@
+"""A reproduction is one folder: the suite finds it, runs its plan, report and bench pair, and lists it.
+
+The throwaway reproduction below lives in a temporary folder named by SUITE_REPRODUCTIONS: one method, one
+optimizer (with a parameter through --set), one microbenchmark item, one claim and one bench pair.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from suite import extensions
+from suite.records import load_records
+from tests.conftest import ROOT, run_cli
+
+TOY = textwrap.dedent(
+    '''
+    """A throwaway reproduction for the tests."""
+
+    from pathlib import Path
+
+    import torch
+
+    from baselines.ddp import DDP
+    from suite.config import RunConfig, command_line
+    from suite.extensions import Reproduction
+    from suite.micro import Microbench
+    from suite.optim import OptimizerSpec
+    from suite.pairs import Config, Pair
+    from suite.plans import Plan
+
+
+    class ToyDDP(DDP):
+        name = "toy-ddp"
+        baseline = False
+
+
+    def build_sgd(model, cfg, ctx, params):
+        return torch.optim.SGD(model.parameters(), lr=params.get("toy_lr", cfg.lr), momentum=0.9)
+
+
+    def matmul(device, n):
+        a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+        return lambda: {"elements_out": (a @ b).numel()}
+
+
+    def plan(preset):
+        runs = [
+            RunConfig(method=m, nproc=2, model="llama-tiny", tokens=5 * 2 * 4 * 64, micro_batch=4, seq_len=64,
+                      eval_every=5, eval_batches=1, reproduction="toy", optimizer="toy-sgd",
+                      variant={"toy_lr": 0.01})
+            for m in ("ddp", "toy-ddp")
+        ]
+        for cfg in runs:
+            cfg.command = command_line(cfg)
+        items = [Microbench("matmul", "toy_repro:matmul", [{"n": 32}, {"n": 64}], repeat=3)]
+        return Plan("toy", preset, runs, protocol="equal tokens", micro=items)
+
+
+    REPRODUCTION = Reproduction(
+        name="toy",
+        description="a throwaway reproduction",
+        methods=(ToyDDP,),
+        optimizers=(OptimizerSpec("toy-sgd", build_sgd, "SGD with momentum", {"toy_lr": float}),),
+        plan=plan,
+        claims=Path(__file__).with_name("claims.yaml"),
+        pairs=(Pair("toy-ddp/ddp", Config("toy-ddp", steps=6), Config("ddp", steps=6)),),
+    )
+    '''
+)
+
+CLAIMS = textwrap.dedent(
+    """
+    claims:
+      - id: toy-state
+        statement: toy-ddp holds the same model state per rank as DDP
+        paper_value: 1.0
+        unit: x DDP state bytes per rank
+        source: {paper: none, version: test}
+        source_status: a test claim
+        metric: {name: ratio, field: state_bytes_max, method: toy-ddp, baseline: ddp, model: llama-tiny}
+        protocol: tokens
+        kind: ratio
+        tolerance: 0.05
+        command: python -m suite reproduce toy --preset smoke
+    """
+)
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch) -> Path:
+    folder = tmp_path / "toy_repro"
+    folder.mkdir()
+    (folder / "__init__.py").write_text(TOY)
+    (folder / "claims.yaml").write_text(CLAIMS)
+    monkeypatch.setenv(extensions.ENV, str(folder))
+    return folder
+
+
+def _tree() -> set[str]:
+    out = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    return set(out.stdout.splitlines())
+
+
+def test_discovery_finds_in_tree_and_named_folders(toy):
+    found = extensions.reproductions()
+    assert {"baselines", "sdp", "toy"} <= set(found)
+    assert found["toy"].module == "toy_repro"
+    assert "toy-ddp" in extensions.declared("methods") and "toy-sgd" in extensions.declared("optimizers")
+
+
+def test_a_folder_without_init_is_a_clear_error(tmp_path, monkeypatch):
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv(extensions.ENV, str(tmp_path / "empty"))
+    with pytest.raises(extensions.ExtensionError, match="without __init__.py"):
+        extensions.reproductions()
+
+
+def test_list_names_every_reproduction_with_its_description(toy):
+    proc = run_cli(["reproduce", "--list"])
+    assert proc.returncode == 0, proc.stderr
+    lines = {line.split()[0]: line for line in proc.stdout.splitlines()}
+    assert {"baselines", "sdp", "toy"} <= set(lines)
+    assert "a throwaway reproduction" in lines["toy"] and "1 methods, 1 optimizers" in lines["toy"]
+
+
+@pytest.mark.slow
+def test_throwaway_reproduction_runs_its_plan_report_and_pair_touching_only_its_folder(toy, tmp_path):
+    before = _tree()
+    results, report = toy / "results", toy / "report"
+    proc = run_cli(["reproduce", "toy", "--results", str(results), "--report", str(report)], timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records, skipped = load_records(results)
+    assert not skipped
+    runs = [r for r in records if r.get("kind") != "microbenchmark"]
+    assert sorted(r["method"] for r in runs) == ["ddp", "toy-ddp"]
+    for rec in runs:
+        assert rec["status"] == "complete"
+        assert rec["optimizer"]["name"] == "toy-sgd" and rec["optimizer"]["params"] == {"toy_lr": 0.01}
+        assert rec["variant"]["optimizer"] == "toy-sgd"
+    (micro,) = [r for r in records if r.get("kind") == "microbenchmark"]
+    assert micro["provenance"] == "measured" and micro["command"].startswith("python -m suite micro toy matmul")
+    assert [row["extra"]["elements_out"] for row in micro["micro"]["rows"]] == [32 * 32, 64 * 64]
+    assert all(row["flops"] == 2 * row["shape"]["n"] ** 3 for row in micro["micro"]["rows"])
+    html = (report / "index.html").read_text()
+    assert "toy" in html
+    assert "toy-state" in json.dumps(sorted(p.name for p in report.rglob("*"))) or "toy-state" in "".join(
+        p.read_text() for p in report.rglob("*.html")
+    )
+
+    from benchmarks.measure import PairMeter
+
+    pair = extensions.get_reproduction("toy").pairs[0]
+    measured = PairMeter(toy / "bench")(pair)
+    assert measured["ratio"] > 0 and measured["method"]["config"] == "toy-ddp-n2"
+    assert _tree() == before
