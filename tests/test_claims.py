@@ -134,10 +134,15 @@ def test_bad_files_give_one_line_errors(tmp_path):
         load_claims(path)
 
 
-def test_claims_for_maps_dashes_to_the_package_folder(tmp_path, monkeypatch):
-    (tmp_path / "fl_fsdp").mkdir()
-    (tmp_path / "fl_fsdp" / "claims.yaml").write_text(SDP_CLAIMS_YAML)
-    monkeypatch.setattr(claims_module.resources, "files", lambda package: tmp_path)
+def test_claims_for_reads_the_claims_a_reproduction_declares(tmp_path, monkeypatch):
+    folder = tmp_path / "fl_fsdp"
+    folder.mkdir()
+    (folder / "claims.yaml").write_text(SDP_CLAIMS_YAML)
+    (folder / "__init__.py").write_text(
+        "from pathlib import Path\nfrom suite.extensions import Reproduction\n"
+        "REPRODUCTION = Reproduction('fl-fsdp', 'test', claims=Path(__file__).with_name('claims.yaml'))\n"
+    )
+    monkeypatch.setenv("SUITE_REPRODUCTIONS", str(folder))
     assert claims_module.claims_for("fl-fsdp")[0].id == "sdp-memory"
     assert claims_module.claims_for("harness") == []
 

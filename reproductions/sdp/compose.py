@@ -65,8 +65,8 @@ class ComposedBlockSDP(BlockSDP):
 
     params = {**BlockSDP.params, "fsdp": _reading, "G": _whole("G", 1, "devices per SDP worker, with fsdp=worker")}
 
-    def __init__(self, cfg) -> None:
-        super().__init__(cfg)
+    def __init__(self, cfg, variant: dict | None = None) -> None:
+        super().__init__(cfg, variant)
         self.variant = {"fsdp": "none", **self.variant}
         self.reading = self.variant["fsdp"]
         if "G" in self.variant and self.reading != "worker":

@@ -149,8 +149,8 @@ class SubnetworkDP(Strategy):
         "check_every": _whole("check_every", 0, "steps between holder checks; 0 turns them off"),
     }
 
-    def __init__(self, cfg) -> None:
-        super().__init__(cfg)
+    def __init__(self, cfg, variant: dict | None = None) -> None:
+        super().__init__(cfg, variant)
         self.variant = {"C": 0.5, "aggregation": "groups", **self.variant}
 
     # ---- checks and set-up ------------------------------------------------------------------------

@@ -199,8 +199,8 @@ class NeuronSDP(SubnetworkDP):
         "groups": _whole("groups", 1, "neuron groups per layer, the components the mask is over"),
     }
 
-    def __init__(self, cfg) -> None:
-        super().__init__(cfg)
+    def __init__(self, cfg, variant: dict | None = None) -> None:
+        super().__init__(cfg, variant)
         self.variant = {"groups": DEFAULT_GROUPS, **self.variant}
 
     def count_components(self) -> int:
