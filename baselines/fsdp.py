@@ -36,6 +36,7 @@ class FSDP(Strategy):
 
     def setup(self, ctx: Context) -> None:
         self.mesh = self.make_mesh(ctx)
+        ctx.meshes["fsdp"] = self.mesh  # a distributed optimizer (Dion, Muon) works over the same shards
         for dim in self.mesh.mesh_dim_names:
             ctx.label_group(self.mesh.get_group(dim), dim)
 
