@@ -72,8 +72,10 @@ def test_categories_at_peak_are_the_analytic_state_and_sum_to_peak(dim, depth, m
     assert result["optimizer"] == pytest.approx(adam_state_bytes(model), rel=0.02)
     assert result["activations"] > 0
     assert sum(result[c] for c in CATEGORIES) == result["peak_bytes"]
-    # zero_grad(set_to_none=True) leaves parameters and Adam state after the step.
-    assert result["state_bytes"] == param_bytes + adam_state_bytes(model)
+    # taken at the end of the optimizer step, before zero_grad(set_to_none=True) frees the gradients
+    assert result["state_params"] == result["state_grads"] == param_bytes
+    assert result["state_optimizer"] == adam_state_bytes(model)
+    assert result["state_bytes"] == 2 * param_bytes + adam_state_bytes(model)
 
 
 def test_optimizer_step_temporaries_are_other_not_optimizer_state():
@@ -101,7 +103,7 @@ def test_frozen_parameters_count_as_params_without_gradients():
     trained = sum(p.numel() * 4 for p in model.blocks[1].parameters())
     optimizer_state = 2 * trained + 4 * len(list(model.blocks[1].parameters()))
     assert result["params"] == local_param_bytes(model)
-    # left after the step: every parameter, and gradients and optimizer state of the trained ones only
+    # at the end of the optimizer step: every parameter, and gradients and optimizer state of the trained ones only
     assert result["state_bytes"] == local_param_bytes(model) + trained + optimizer_state
 
 
@@ -179,3 +181,48 @@ def test_bad_use_gets_a_clear_error():
             MemoryMeter(model, optimizer, torch.device("cuda"))
     with pytest.raises(TypeError, match="nn.Module"):
         MemoryMeter(optimizer, optimizer, torch.device("cpu"))
+
+
+def test_every_optimizer_state_counts_as_optimizer(process_group):
+    """An outer optimizer (DiLoCo's Nesterov momentum over the same parameters) is optimizer state too."""
+    torch.manual_seed(0)
+    model = MLP(64, 2)
+    if process_group > 1:
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model)
+    inner = torch.optim.AdamW(model.parameters())
+    outer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True)
+    x = torch.randn(64, 64)
+
+    def step() -> None:
+        model(x).square().mean().backward()
+        inner.step()
+        outer.step()
+        inner.zero_grad()
+
+    step()  # both optimizers' state exists before the metered step, as in steady state
+    meter = MemoryMeter(model, [inner, outer], torch.device("cpu"))
+    with meter.measure():
+        step()
+    result = meter.result()
+    param_bytes = local_param_bytes(model)
+    assert result["state_optimizer"] == adam_state_bytes(model) + param_bytes  # plus one momentum buffer
+    assert result["optimizer"] == result["state_optimizer"]
+    assert result["state_grads"] == param_bytes
+
+
+def test_several_steps_give_the_highest_peak_and_state():
+    torch.manual_seed(0)
+    model = MLP(64, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    train_step(model, optimizer, [torch.randn(8, 64)])
+    meter = MemoryMeter(model, optimizer, torch.device("cpu"))
+    for rows in (8, 512, 8):
+        with meter.measure():
+            train_step(model, optimizer, [torch.randn(rows, 64)])
+    result = meter.result()
+    assert result["steps"] == 3
+    assert result["activations"] > 512 * 64 * 4  # the large step's peak, with its activations
+    assert sum(result[c] for c in CATEGORIES) == result["peak_bytes"]
+    assert result["state_bytes"] == 2 * local_param_bytes(model) + adam_state_bytes(model)

@@ -1,11 +1,21 @@
-"""Memory of one training step on this rank: the peak, and what it is made of at that moment.
+"""Memory of training steps on this rank: the peak, what it is made of at that moment, and the model state.
 
 PyTorch's MemTracker (FSDPMemTracker when the root is an FSDP2 module) tags every tensor storage it sees
 as parameter, gradient, optimizer state, activation or temporary, and keeps the category totals at the
 moment of the peak. This module only adds what it lacks for a training loop:
 - frozen parameters, which it would try to hook for gradients and fail on;
-- the mapping of its categories onto the five of the run record (`MEMTRACKER_CATEGORIES`,
-  `FSDP_CATEGORIES`);
+- the mapping of its categories onto the six of the run record (`MEMTRACKER_CATEGORIES`,
+  `FSDP_CATEGORIES`): FSDP2's sharded and not-yet-reduced gradients are grads, its all-gather and
+  reduce-scatter buffers are `comm_buffers`, its temporarily unsharded parameters are other;
+- several optimizers (an outer optimizer's momentum is optimizer state too); FSDPMemTracker takes one,
+  so the others' state is registered with it here and their steps are flagged as optimizer steps;
+- DDP's gradient buckets (gradient_as_bucket_view=False, the default: separate storage from
+  param.grad), which the tracker never sees on a steady step because the reducer allocated them
+  before: their bytes, from DDP's own logging data, are `comm_buffers`. On the step where DDP rebuilds
+  its buckets (its second) the tracker sees the new ones made in the forward and files them as
+  activations; they are moved to `comm_buffers` there;
+- the model state taken while the gradients are alive: at the end of every optimizer step (a step
+  post-hook, before zero_grad(set_to_none=True) frees the gradients), the largest over the steps;
 - steps of several micro-batches: the trackers take a second forward of a top-level module for a
   second iteration and raise, so its stale per-module stats are dropped first;
 - optimizer-step temporaries: the trackers file every tensor made inside `optimizer.step()` as
@@ -14,14 +24,32 @@ moment of the peak. This module only adds what it lacks for a training loop:
 - the device peak (`torch.cuda.max_memory_allocated`) on CUDA and, since the CPU allocator keeps no
   statistics, the process's resettable peak RSS (Linux /proc: clear_refs, VmHWM).
 
-Tensors made before the step and not owned by the model or optimizer (the input batch, DDP's gradient
-buckets) are not seen by the tracker; on CUDA they land in `other` (peak minus the tracked categories),
-on CPU only in the RSS peak.
+The input batch, made before the step, is not seen by the tracker; on CUDA it lands in `other` (peak minus
+the named categories), on CPU only in the RSS peak.
+
+The allocator stays at its defaults (issue 19). The launcher used to start every worker with
+MALLOC_MMAP_THRESHOLD_=65536 MALLOC_TRIM_THRESHOLD_=0, so that the RSS peak was the tensors' own; it is
+dropped, not confined to the metered step, because of these measurements (bare llama-tiny loop,
+micro-batch 8 x 128, AdamW and clipping, 1 process, 2 threads; medians of 8 steps):
+- time: system (kernel) time per step 110-145 ms with the variables, 5-10 ms without (2-core AMD host
+  shared with other jobs, so its wall times were not comparable); on a quiet host (issue 19) 216-217 ms per
+  step without them, 371-445 ms with them; `suite run` at 2 workers DDP 448 vs 781 ms, FSDP 563 vs 959 ms;
+- the tracker's peak: 130.2 MB in every setting (it counts tensors, not pages);
+- peak RSS of the metered step: 866 MB with the variables; 912-922 MB with the defaults, where the
+  reset peak already starts at 912-920 MB (arenas kept from earlier steps); 901-907 MB with the defaults
+  and `malloc_trim(0)` before the step (it starts at 772 MB). Setting the thresholds with mallopt around
+  the metered step only gave 880-905 MB and cannot be undone: an explicit threshold turns glibc's dynamic
+  threshold off for the rest of the process, so the timed steps after it would not run at the defaults.
+So the metered step only returns free heap pages (`malloc_trim(0)`, which changes no setting) before the
+peak-RSS count restarts, and `allocator_is_default()` lets the loop check that nothing tuned malloc.
 """
 
 import contextlib
+import ctypes
+import ctypes.util
+import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from functools import wraps
 from pathlib import Path
 
@@ -31,8 +59,12 @@ from torch import nn
 from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker, _FSDPRefType
 from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
 from torch.distributed.fsdp import FSDPModule
+from torch.nn.parallel import DistributedDataParallel
 
-CATEGORIES = ("params", "grads", "optimizer", "activations", "other")
+# They sum to `peak_bytes`.
+CATEGORIES = ("params", "grads", "optimizer", "activations", "comm_buffers", "other")
+# Taken at the end of an optimizer step, gradients alive; `state_bytes` is their sum.
+STATE_PARTS = {"params": "state_params", "grads": "state_grads", "optimizer": "state_optimizer"}
 
 MEMTRACKER_CATEGORIES = {
     _MemRefType.PARAM: "params",
@@ -45,24 +77,36 @@ MEMTRACKER_CATEGORIES = {
 }
 
 # Sharded parameters and gradients are this rank's local shards: the tracker sizes a DTensor by the
-# storage of its local tensor.
+# storage of its local tensor. An unsharded gradient is the block's gradient before its reduce-scatter.
 FSDP_CATEGORIES = {
     _FSDPRefType.SHARDED_PARAM: "params",
     _FSDPRefType.UNSHARDED_PARAM: "other",
     _FSDPRefType.BUFFER: "other",
     _FSDPRefType.SHARDED_GRAD: "grads",
-    _FSDPRefType.UNSHARDED_GRAD: "other",
+    _FSDPRefType.UNSHARDED_GRAD: "grads",
     _FSDPRefType.ACT: "activations",
     _FSDPRefType.TEMP: "other",
-    _FSDPRefType.ALL_GATHER: "other",
-    _FSDPRefType.REDUCE_SCATTER: "other",
+    _FSDPRefType.ALL_GATHER: "comm_buffers",
+    _FSDPRefType.REDUCE_SCATTER: "comm_buffers",
     _FSDPRefType.OPT: "optimizer",
     _FSDPRefType.INP: "other",
 }
 
+# glibc reads these at process start (mallopt's parameters as environment variables)
+_MALLOC_ENV = (
+    "MALLOC_MMAP_THRESHOLD_",
+    "MALLOC_TRIM_THRESHOLD_",
+    "MALLOC_TOP_PAD_",
+    "MALLOC_MMAP_MAX_",
+    "MALLOC_ARENA_MAX",
+    "MALLOC_ARENA_TEST",
+    "MALLOC_PERTURB_",
+    "MALLOC_CHECK_",
+)
 _TOTAL = "Total"
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
+_ENVIRON = Path("/proc/self/environ")
 
 
 def process_rss_bytes() -> int:
@@ -86,6 +130,42 @@ def peak_rss_bytes() -> int | None:
     except OSError:
         return None
     return int(match.group(1)) * 1024 if match else None
+
+
+def _start_environ() -> Mapping[str, str]:
+    # glibc read the environment the process was started with, not os.environ as changed since
+    try:
+        pairs = _ENVIRON.read_bytes().split(b"\0")
+    except OSError:
+        return os.environ
+    return dict(p.decode(errors="replace").split("=", 1) for p in pairs if b"=" in p)
+
+
+def allocator_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The malloc tunings in `environ` (default: this process's start environment); {} at the defaults."""
+    env = _start_environ() if environ is None else environ
+    found = {k: env[k] for k in _MALLOC_ENV if k in env}
+    tunables = [t for t in env.get("GLIBC_TUNABLES", "").split(":") if t.startswith("glibc.malloc.")]
+    if tunables:
+        found["GLIBC_TUNABLES"] = ":".join(tunables)
+    return found
+
+
+def allocator_is_default(environ: Mapping[str, str] | None = None) -> bool:
+    """True when nothing tunes glibc's malloc for this process (or for workers started with `environ`).
+
+    This module never changes a setting itself (see the module docstring), so timed steps run at the defaults
+    exactly when the process started without a tuning."""
+    return not allocator_settings(environ)
+
+
+def _release_free_heap() -> None:
+    # Free pages kept by glibc's arenas would set the peak RSS before the step begins; malloc_trim returns
+    # them without changing any threshold. Other C libraries keep their own behaviour.
+    name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(name) if name else None
+    if libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
 
 
 def _forget_repeated_top_module(tracker: MemTracker, module: nn.Module) -> None:
@@ -134,7 +214,7 @@ class _StepFSDPMemTracker(_FrozenParams, FSDPMemTracker):
 
 
 def _by_category(snapshot: dict, mapping: dict) -> dict[str, int]:
-    # A category this torch adds and the mapping lacks is counted as other, so the five still sum to Total.
+    # A category this torch adds and the mapping lacks is counted as other, so the six still sum to Total.
     out = dict.fromkeys(CATEGORIES, 0)
     for ref, nbytes in snapshot.items():
         if ref != _TOTAL:
@@ -142,19 +222,47 @@ def _by_category(snapshot: dict, mapping: dict) -> dict[str, int]:
     return out
 
 
-class MemoryMeter:
-    """Measures one training step (forwards, backwards, optimizer step, zero_grad) on this rank.
+def ddp_bucket_bytes(ddp: DistributedDataParallel) -> int:
+    """Bytes of DDP's gradient buckets on this rank; 0 where they are the gradients' own storage."""
+    if ddp.gradient_as_bucket_view:
+        return 0
+    data = ddp._get_ddp_logging_data()
+    # the sizes before and after DDP's rebuild sum to the same bytes: every parameter is in one bucket
+    sizes = data.get("rebuilt_bucket_sizes") or data.get("bucket_sizes", "")
+    return sum(int(s) for s in str(sizes).split(",") if s.strip())
 
-    `with meter.measure(): step()` then `meter.result()`: `peak_bytes` and its five categories at the
-    peak (they sum to it), `rss_peak_bytes`, and `state_bytes` (params + grads + optimizer state left
-    after the step, the model state that FSDP divides by the number of shards).
+
+def _optimizer_list(optimizers) -> list[torch.optim.Optimizer]:
+    found = [optimizers] if isinstance(optimizers, torch.optim.Optimizer) else list(optimizers)
+    for opt in found:
+        if not isinstance(opt, torch.optim.Optimizer):
+            raise TypeError(f"MemoryMeter: optimizers must be torch.optim.Optimizer, got {type(opt).__name__}")
+    if not found:
+        raise ValueError("MemoryMeter: give at least one optimizer")
+    return found
+
+
+class MemoryMeter:
+    """Measures training steps (forwards, backwards, optimizer steps, zero_grad) on this rank.
+
+    `with meter.measure(): step()`, on one or several steps, then `meter.result()`: `peak_bytes` and its six
+    categories (`CATEGORIES`, they sum to it) at the highest peak of the measured steps, `rss_peak_bytes`
+    (the highest), and the model state while the gradients are alive (`state_params`, `state_grads`,
+    `state_optimizer` and their sum `state_bytes`, the state that FSDP divides by the number of shards),
+    the largest seen at the end of an optimizer step.
+
+    `model` may be the DDP wrapper, whose buckets are then counted as `comm_buffers`; `optimizers` is every
+    optimizer the run owns (one optimizer alone is accepted too).
     """
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizers: torch.optim.Optimizer | Sequence[torch.optim.Optimizer],
+        device: torch.device,
+    ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"MemoryMeter: model must be an nn.Module, got {type(model).__name__}")
-        if not isinstance(optimizer, torch.optim.Optimizer):
-            raise TypeError(f"MemoryMeter: optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
         device = torch.device(device)
         if device.type not in ("cpu", "cuda"):
             raise ValueError(f"MemoryMeter: device must be cpu or cuda, got {device}")
@@ -162,17 +270,22 @@ class MemoryMeter:
             raise ValueError("MemoryMeter: device is cuda but CUDA is not available here; pass device='cpu'")
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
-        self.model = model
-        self.optimizer = optimizer
+        self.ddp = model if isinstance(model, DistributedDataParallel) else None
+        self.model = model.module if self.ddp else model
+        self.optimizers = _optimizer_list(optimizers)
         self.device = device
-        self.fsdp = isinstance(model, FSDPModule)
-        self._result: dict | None = None
+        self.fsdp = isinstance(self.model, FSDPModule)
+        self.mapping = FSDP_CATEGORIES if self.fsdp else MEMTRACKER_CATEGORIES
+        self._steps: list[dict] = []
 
     def _tracker(self) -> MemTracker:
-        if self.fsdp:
-            return _StepFSDPMemTracker(self.model, self.optimizer)
-        tracker = _StepMemTracker()
-        tracker.track_external(self.model, self.optimizer)
+        if not self.fsdp:
+            tracker = _StepMemTracker()
+            tracker.track_external(self.model, *self.optimizers)
+            return tracker
+        tracker = _StepFSDPMemTracker(self.model, self.optimizers[0])
+        for opt in self.optimizers[1:]:  # FSDPMemTracker knows one optimizer; its track_external does nothing
+            tracker._track_optimizer_states(_FSDPRefType.OPT, opt)
         return tracker
 
     def _method(self, rss_resettable: bool) -> str:
@@ -182,45 +295,92 @@ class MemoryMeter:
         else:
             peak = f"{tracker} peak of live tensor bytes with its categories"
         rss = "/proc VmHWM peak RSS over the step" if rss_resettable else "no resettable peak RSS"
-        return f"{peak} ({self.device.type}); {rss}"
+        buckets = "; DDP buckets from its logging data as comm_buffers" if self.ddp else ""
+        return f"{peak} ({self.device.type}); {rss}; state at the end of each optimizer step{buckets}"
+
+    @contextlib.contextmanager
+    def _state_at_optimizer_steps(self, tracker: MemTracker, state: dict[str, int]) -> Iterator[None]:
+        """Keeps in `state` the largest params + grads + optimizer seen at the end of an optimizer step."""
+        opt_ref = _FSDPRefType.OPT if self.fsdp else _MemRefType.OPT
+
+        def pre(opt, args, kwargs) -> None:
+            tracker._in_opt = True  # what this step allocates is optimizer state or its temporaries
+
+        def post(opt, args, kwargs) -> None:
+            tracker._track_optimizer_states(opt_ref, opt)  # state made in this step, before we read it
+            tracker._in_opt = False
+            now = _by_category(tracker.get_tracker_snapshot().get(self.device, {}), self.mapping)
+            if sum(now[c] for c in STATE_PARTS) >= sum(state.values()):
+                state.update({field: now[c] for c, field in STATE_PARTS.items()})
+
+        handles = [
+            h for opt in self.optimizers for h in (opt.register_step_pre_hook(pre), opt.register_step_post_hook(post))
+        ]
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
 
     @contextlib.contextmanager
     def measure(self) -> Iterator[None]:
-        """Wrap exactly one training step."""
-        self._result = None
+        """Wrap one training step; wrap several to get their maximum."""
         tracker = self._tracker()
+        state: dict[str, int] = {}
+        rebuilt_before = self.ddp is not None and self.ddp._has_rebuilt_buckets
+        _release_free_heap()
         rss_resettable = reset_peak_rss()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
-        with tracker:
+        with tracker, self._state_at_optimizer_steps(tracker, state):
             yield
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        self._result = self._summarize(tracker, rss_resettable)
+        rebuilt = self.ddp is not None and self.ddp._has_rebuilt_buckets and not rebuilt_before
+        self._steps.append(self._summarize(tracker, state, rss_resettable, rebuilt))
 
-    def _summarize(self, tracker: MemTracker, rss_resettable: bool) -> dict:
-        mapping = FSDP_CATEGORIES if self.fsdp else MEMTRACKER_CATEGORIES
-        at_peak = _by_category(tracker.get_tracker_snapshot("peak").get(self.device, {}), mapping)
-        after = _by_category(tracker.get_tracker_snapshot("current").get(self.device, {}), mapping)
+    def _summarize(self, tracker: MemTracker, state: dict[str, int], rss_resettable: bool, rebuilt: bool) -> dict:
+        at_peak = _by_category(tracker.get_tracker_snapshot("peak").get(self.device, {}), self.mapping)
+        after = _by_category(tracker.get_tracker_snapshot("current").get(self.device, {}), self.mapping)
         optimizer_temporaries = max(0, at_peak["optimizer"] - after["optimizer"])
         at_peak["optimizer"] -= optimizer_temporaries
         at_peak["other"] += optimizer_temporaries
+        at_peak["comm_buffers"] += self._ddp_buckets(at_peak, rebuilt)
         if self.device.type == "cuda":
             peak_bytes = torch.cuda.max_memory_allocated(self.device)
             at_peak["other"] = peak_bytes - sum(at_peak[c] for c in CATEGORIES if c != "other")
         else:
             peak_bytes = sum(at_peak.values())
+        # no optimizer step in the measured step: the state left after it
+        state = state or {field: after[c] for c, field in STATE_PARTS.items()}
         return {
             "method": self._method(rss_resettable),
             "peak_bytes": peak_bytes,
             **at_peak,
             "rss_peak_bytes": peak_rss_bytes() if rss_resettable else None,
-            "state_bytes": after["params"] + after["grads"] + after["optimizer"],
+            "state_bytes": sum(state.values()),
+            **state,
         }
 
+    def _ddp_buckets(self, at_peak: dict[str, int], rebuilt: bool) -> int:
+        """DDP's bucket bytes, alive through the whole step. The buckets rebuilt in this step's forward are in the
+        tracker's activations; on a steady step the tracker never saw them."""
+        if self.ddp is None:
+            return 0
+        buckets = ddp_bucket_bytes(self.ddp)
+        if rebuilt:
+            at_peak["activations"] -= min(buckets, at_peak["activations"])
+        return buckets
+
     def result(self) -> dict:
-        """The measurement of the last step wrapped by `measure()`."""
-        if self._result is None:
+        """The measured steps: the categories of the one with the highest peak, the largest RSS peak and state."""
+        if not self._steps:
             raise RuntimeError("MemoryMeter.result(): wrap one training step in `with meter.measure():` first")
-        return dict(self._result)
+        out = dict(max(self._steps, key=lambda s: s["peak_bytes"]))
+        fullest = max(self._steps, key=lambda s: s["state_bytes"])
+        out.update({k: fullest[k] for k in ("state_bytes", *STATE_PARTS.values())})
+        rss = [s["rss_peak_bytes"] for s in self._steps if s["rss_peak_bytes"] is not None]
+        out["rss_peak_bytes"] = max(rss, default=None)
+        out["steps"] = len(self._steps)
+        return out
