@@ -226,7 +226,7 @@ class Worker:
             self.strategy.comm_period,
             self.device,
             self.ledger,
-            self._plain_model,
+            lambda: self.model,
             lambda: [self.optimizer, *self.strategy.optimizers()],
         )
 

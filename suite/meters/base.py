@@ -37,7 +37,7 @@ class MeterContext:
     period: int
     device: torch.device
     ledger: CommLedger
-    model: Callable[[], nn.Module]  # the unwrapped model, once built
+    model: Callable[[], nn.Module]  # the run's model as the strategy wrapped it (DDP, FSDP2), once built
     optimizers: Callable[[], list[torch.optim.Optimizer]]  # every optimizer the run owns, outer ones too
 
 

@@ -6,7 +6,7 @@ record section, for measured runs and estimates alike (an estimate's record says
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
 from suite.extensions import declared
@@ -65,25 +65,17 @@ class Memory(Meter):
     def __init__(self, ctx: MeterContext) -> None:
         super().__init__(ctx)
         self.meter: MemoryMeter | None = None
-        self.peak: dict | None = None
 
     def steps(self) -> range:
         return memory_steps(self.ctx.cfg, self.ctx.period)
 
-    @contextmanager
-    def wrap(self, step: int):
-        opts = self.ctx.optimizers()  # TEMP-HELPER1
-        self.meter = MemoryMeter(self.ctx.model(), opts[0] if len(opts) == 1 else opts, self.ctx.device)
-        with self.meter.measure():
-            yield
-
-    def after(self, step: int) -> None:
-        result = self.meter.result()
-        if self.peak is None or result["peak_bytes"] > self.peak["peak_bytes"]:
-            self.peak = {**result, "step": step}
+    def wrap(self, step: int) -> AbstractContextManager:
+        if self.meter is None:
+            self.meter = MemoryMeter(self.ctx.model(), self.ctx.optimizers(), self.ctx.device)
+        return self.meter.measure()
 
     def local(self) -> dict | None:
-        return self.peak
+        return self.meter.result() if self.meter is not None else None
 
     @classmethod
     def section(cls, per_rank: dict[int, Any], record: dict, weight: dict[int, int]) -> None:
