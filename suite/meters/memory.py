@@ -10,10 +10,12 @@ moment of the peak. This module only adds what it lacks for a training loop:
 - several optimizers (an outer optimizer's momentum is optimizer state too); FSDPMemTracker takes one,
   so the others' state is registered with it here and their steps are flagged as optimizer steps;
 - DDP's gradient buckets (gradient_as_bucket_view=False, the default: separate storage from
-  param.grad), which the tracker never sees on a steady step because the reducer allocated them
-  before: their bytes, from DDP's own logging data, are `comm_buffers`. On the step where DDP rebuilds
-  its buckets (its second) the tracker sees the new ones made in the forward and files them as
-  activations; they are moved to `comm_buffers` there;
+  param.grad). The reducer allocated them before a steady step, so the tracker first meets one when
+  backward writes a gradient into it, and filed it as a temporary (other) from then on; here a storage
+  first met as the written operand of an in-place or out= op is registered as `comm_buffers` instead,
+  and the buckets not yet written at the peak are added from their sizes in DDP's own logging data. On
+  the step where DDP rebuilds its buckets (its second) the tracker sees the new ones made in the forward
+  and files them as activations; they are moved to `comm_buffers` there;
 - the model state taken while the gradients are alive: at the end of every optimizer step (a step
   post-hook, before zero_grad(set_to_none=True) frees the gradients), the largest over the steps;
 - steps of several micro-batches: the trackers take a second forward of a top-level module for a
@@ -56,10 +58,12 @@ from pathlib import Path
 import psutil
 import torch
 from torch import nn
+from torch.distributed._tools.common_utils import get_untyped_storages
 from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker, _FSDPRefType
 from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
 from torch.distributed.fsdp import FSDPModule
 from torch.nn.parallel import DistributedDataParallel
+from torch.utils._pytree import tree_leaves
 
 # They sum to `peak_bytes`.
 CATEGORIES = ("params", "grads", "optimizer", "activations", "comm_buffers", "other")
@@ -73,7 +77,8 @@ MEMTRACKER_CATEGORIES = {
     _MemRefType.ACT: "activations",
     _MemRefType.TEMP: "other",
     _MemRefType.OPT: "optimizer",
-    _MemRefType.OTH: "other",
+    # the only tensors registered as Other here: DDP's buckets, met when backward first writes into them
+    _MemRefType.OTH: "comm_buffers",
 }
 
 # Sharded parameters and gradients are this rank's local shards: the tracker sizes a DTensor by the
@@ -195,10 +200,33 @@ class _FrozenParams:
         return super()._track_module_params_and_buffers(module, install_grad_hooks)
 
 
+def _written(func, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The tensors an op writes into (in-place self, out=)."""
+    found = []
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            value = args[i] if i < len(args) else kwargs.get(arg.name)
+            found += [t for t in tree_leaves(value) if isinstance(t, torch.Tensor)]
+    return found
+
+
 class _StepMemTracker(_FrozenParams, MemTracker):
+    def __init__(self, adopt_written: bool = False) -> None:
+        super().__init__()
+        self.adopt_written = adopt_written
+
     def _pre_fw_hook(self, module: nn.Module, inputs) -> None:
         _forget_repeated_top_module(self, module)
         super()._pre_fw_hook(module, inputs)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        # Storage written but never seen existed before the step untracked: under DDP, its buckets. Without
+        # this the tracker would file the bucket as a temporary made by the op that writes into it.
+        if self.adopt_written:
+            for t in _written(func, args, kwargs or {}):
+                if not any(st in self._WINFO for st in get_untyped_storages(t)):
+                    self._update_and_maybe_create_winfos(t, _MemRefType.OTH)
+        return super().__torch_dispatch__(func, types, args, kwargs)
 
 
 class _StepFSDPMemTracker(_FrozenParams, FSDPMemTracker):
@@ -280,7 +308,7 @@ class MemoryMeter:
 
     def _tracker(self) -> MemTracker:
         if not self.fsdp:
-            tracker = _StepMemTracker()
+            tracker = _StepMemTracker(adopt_written=self.ddp is not None)
             tracker.track_external(self.model, *self.optimizers)
             return tracker
         tracker = _StepFSDPMemTracker(self.model, self.optimizers[0])
@@ -364,14 +392,15 @@ class MemoryMeter:
         }
 
     def _ddp_buckets(self, at_peak: dict[str, int], rebuilt: bool) -> int:
-        """DDP's bucket bytes, alive through the whole step. The buckets rebuilt in this step's forward are in the
-        tracker's activations; on a steady step the tracker never saw them."""
+        """DDP's bucket bytes that the tracker had not filed as comm_buffers at the peak; they are alive through the
+        whole step. The buckets rebuilt in this step's forward are in the tracker's activations; on a steady step
+        it has seen those written before the peak."""
         if self.ddp is None:
             return 0
         buckets = ddp_bucket_bytes(self.ddp)
         if rebuilt:
             at_peak["activations"] -= min(buckets, at_peak["activations"])
-        return buckets
+        return max(0, buckets - at_peak["comm_buffers"])
 
     def result(self) -> dict:
         """The measured steps: the categories of the one with the highest peak, the largest RSS peak and state."""
