@@ -33,12 +33,12 @@ The allocator stays at its defaults (issue 19). The launcher used to start every
 MALLOC_MMAP_THRESHOLD_=65536 MALLOC_TRIM_THRESHOLD_=0, so that the RSS peak was the tensors' own; it is
 dropped, not confined to the metered step, because of these measurements (bare llama-tiny loop,
 micro-batch 8 x 128, AdamW and clipping, 1 process, 2 threads; medians of 8 steps):
-- time: system (kernel) time per step 110-145 ms with the variables, 5-10 ms without (2-core AMD host
-  shared with other jobs, so its wall times were not comparable); on a quiet host (issue 19) 216-217 ms per
-  step without them, 371-445 ms with them; `suite run` at 2 workers DDP 448 vs 781 ms, FSDP 563 vs 959 ms;
+- time: on a quiet host (issue 19) 216-217 ms per step without them, 371-445 ms with them; `suite run` at 2
+  workers DDP 448 vs 781 ms, FSDP 563 vs 959 ms. Here (2-core host shared with other jobs, wall times of
+  1-6 s per step, not comparable) the system (kernel) time per step was 110-145 ms with them, 5-10 ms without;
 - the tracker's peak: 130.2 MB in every setting (it counts tensors, not pages);
-- peak RSS of the metered step: 866 MB with the variables; 912-922 MB with the defaults, where the
-  reset peak already starts at 912-920 MB (arenas kept from earlier steps); 901-907 MB with the defaults
+- peak RSS of the metered step: 866 MB with the variables; 903-922 MB with the defaults, where the
+  reset peak already starts at 909-926 MB (arenas kept from earlier steps); 899-907 MB with the defaults
   and `malloc_trim(0)` before the step (it starts at 772 MB). Setting the thresholds with mallopt around
   the metered step only gave 880-905 MB and cannot be undone: an explicit threshold turns glibc's dynamic
   threshold off for the rest of the process, so the timed steps after it would not run at the defaults.
