@@ -32,6 +32,8 @@ from torch.nn.parallel import DistributedDataParallel
 from suite import models
 
 MODEL = "llama-tiny"
+# the name a bench pair gives this loop (benchmarks/pairs.py: "suite/bare-loop")
+BARE_LOOP = "bare-loop"
 # the suite's RunConfig defaults for the matched AdamW
 LR, BETAS, WEIGHT_DECAY = 3e-3, (0.9, 0.95), 0.1
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}

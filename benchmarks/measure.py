@@ -16,12 +16,16 @@ wall time stays in extra_info as `launch_s`.
 
 from __future__ import annotations
 
+import json
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+from benchmarks.bare_loop import BARE_LOOP
 from suite.launch import launch
-from suite.pairs import Config, Pair
+from suite.pairs import MICRO_BATCH, SEQ_LEN, WARMUP, Config, Pair
 from suite.records import read_record, summary_row
 
 
@@ -40,8 +44,37 @@ class RecordClock:
 STEP_CLOCK = RecordClock()
 
 
+def measure_bare(config: Config) -> dict:
+    """The bare loop (benchmarks/bare_loop.py) with DDP on `config.nproc` workers, at the pairs' fixed shape."""
+    start = time.perf_counter()
+    argv = [sys.executable, "-m", "benchmarks.bare_loop", "--nproc", str(config.nproc), "--ddp"]
+    argv += ["--steps", str(config.steps - WARMUP - 1), "--warmup", str(WARMUP + 1)]  # as the suite: 7 of 10
+    proc = subprocess.run(
+        argv + ["--micro-batch", str(MICRO_BATCH), "--seq-len", str(SEQ_LEN)],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"benchmark {config.key}: the bare loop failed:\n{proc.stderr[-2000:]}")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {
+        "config": config.key,
+        "tokens_per_s": out["tokens_per_s"],
+        "tokens_per_s_mean": None,
+        "step_s": out["step_s_median"],
+        "timed_steps": out["steps"],
+        "comm_bytes_per_rank_step": None,
+        "peak_bytes_max": None,
+        "launch_s": time.perf_counter() - start,
+        "run_id": None,
+    }
+
+
 def measure(config: Config, results: Path) -> dict:
     """Launch `config` once: its throughput, bytes per step and peak memory from its record."""
+    if config.method == BARE_LOOP:
+        return measure_bare(config)
     start = time.perf_counter()
     path = launch(config.run_config(results))
     launch_s = time.perf_counter() - start

@@ -14,6 +14,7 @@ until then the gate says "no reference" and fails.
 
 from __future__ import annotations
 
+from benchmarks.bare_loop import BARE_LOOP
 from suite.extensions import reproductions
 from suite.pairs import Config, Pair
 
@@ -22,8 +23,11 @@ DDP = Config("ddp")
 # The harness's own pairs. Order matters: a pair whose baseline (or method) is the configuration just
 # measured reuses that launch, so pairs that share a configuration stay next to each other (the baselines
 # reproduction's pairs start with DDP).
+# suite/bare-loop: the suite's DDP step against the same model, DDP, AdamW and clipping in a bare loop
+# (benchmarks/bare_loop.py); its ratio is the suite's own overhead, about 1 (issue 11).
 HARNESS: list[Pair] = [
     Pair("meters/no-meters", DDP, Config("ddp", meters=False), short=True),
+    Pair("suite/bare-loop", DDP, Config(BARE_LOOP), tolerance=0.15),
 ]
 
 

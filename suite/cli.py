@@ -273,8 +273,9 @@ def _estimate_parser(sub) -> None:
 
 
 def cmd_estimate(args: argparse.Namespace, argv: list[str]) -> int:
+    from suite.compare import compare, format_comparison
     from suite.estimate import estimate
-    from suite.estimate.compare import compare, format_comparison, measure_beside
+    from suite.estimate.compare import measure_beside
     from suite.estimate.record import format_estimate
     from suite.records import write_record
 

@@ -26,7 +26,9 @@ JUDGED_MEMORY = {
     "grads": EXACT,
     "optimizer": EXACT,
     "activations": ACTIVATIONS,
+    "state_bytes": EXACT,
     "peak_bytes": None,
+    "comm_buffers": None,
     "other": None,
 }
 MEMORY_PER_STEP = ("peak_bytes", "params", "grads", "optimizer", "activations")
@@ -87,7 +89,7 @@ def compare(estimated: dict, measured: dict) -> list[Row]:
     for entry in measured["memory"]["per_rank"]:
         rank = entry["rank"]
         ours = est_mem[rank] or {}
-        rows += [Row(q, rank, ours.get(q, 0), entry[q], tol) for q, tol in JUDGED_MEMORY.items()]
+        rows += [Row(q, rank, ours.get(q, 0), entry.get(q, 0), tol) for q, tol in JUDGED_MEMORY.items()]
     return rows
 
 

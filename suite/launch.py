@@ -19,11 +19,6 @@ from suite.config import RunConfig
 from suite.recorder import failed_record, new_run_id
 from suite.records import RecordError, read_record, write_record
 
-# Workers get the allocator's defaults: the glibc thresholds once set here (MALLOC_MMAP_THRESHOLD_,
-# MALLOC_TRIM_THRESHOLD_) made every timed step 1.7-1.9x slower and changed no tensor-level peak
-# (issue 19; the numbers are in suite/meters/memory.py). Nothing may be added here that tunes malloc.
-WORKER_ENV: dict[str, str] = {}
-
 
 def under_torchrun() -> bool:
     return "TORCHELASTIC_RUN_ID" in os.environ or "LOCAL_RANK" in os.environ
@@ -46,7 +41,8 @@ def launch(cfg: RunConfig) -> Path:
             max_restarts=0,
             monitor_interval=0.1,
         )
-        os.environ.update(WORKER_ENV)
+        # Workers get the allocator's defaults: the glibc thresholds once set here made every timed step
+        # 1.7-1.9x slower and changed no tensor-level peak (issue 19; numbers in suite/meters/memory.py).
         # torchrun's command line sets this; its API does not, and oversubscribed threads cost 5-10x here
         os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // cfg.nproc)))
         try:

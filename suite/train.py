@@ -31,6 +31,7 @@ from suite.meters.base import MeterContext, Metering, write_sections
 from suite.meters.builtin import meters_for
 from suite.meters.clock import StepClock, peak_flops
 from suite.meters.comm import CommLedger
+from suite.meters.memory import allocator_settings
 from suite.optim import describe_groups, get_spec, lr_schedule, param_groups, split_variant
 from suite.protocols import Progress, from_args
 from suite.recorder import new_record, new_run_id
@@ -91,6 +92,8 @@ class Worker:
         if cfg.run_id is None:
             cfg.run_id = self._broadcast(new_run_id(cfg) if self.rank == 0 else None)
         self.record = new_record(cfg, self.world, self.device, backend, peak_flops(self.device))
+        # timed steps must run at the allocator's defaults (issue 19): what the process started with, {} if so
+        self.record["env"]["allocator"] = allocator_settings()
         self.ledger = CommLedger()
         self.ctx = Context(cfg, self.rank, self.world, self.device, self.ledger)
         method_params, self.optimizer_params = split_variant(cfg)

@@ -18,7 +18,6 @@ from benchmarks import gate
 from benchmarks.measure import PairMeter, RecordClock
 from benchmarks.pairs import PAIRS, Config, Pair, selected
 from suite.cli import check_config
-from suite.launch import WORKER_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE, FAST, SLOW = Config("ddp"), Config("fsdp"), Config("ddp", ac=True)
@@ -210,8 +209,7 @@ def test_committed_reference_covers_every_pair_with_its_settings():
 def test_gate_reports_a_method_slowed_on_purpose(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SUITE_REPRODUCTIONS", "tests.slow_method")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    for name in (*WORKER_ENV, "OMP_NUM_THREADS"):  # the launcher sets these; restore them afterwards
-        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # the launcher sets it; restore it afterwards
     sleep_s = 1.0  # per step: the ratio falls below 0.75 unless a step takes over 3 s
     tiny = (("micro_batch", 2), ("eval_batches", 1))
     pair = Pair(

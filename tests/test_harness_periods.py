@@ -50,8 +50,9 @@ def test_an_outer_optimizers_state_is_counted_as_optimizer(runs):
     assert gained >= params
 
 
-def test_phases_are_recorded(runs):
+def test_phases_are_recorded_and_timed_steps_ran_at_the_allocators_defaults(runs):
     rec = runs("ddp", "--nproc", "2", "--tokens", PERIOD_TOKENS, *SMALL)
+    assert rec["env"]["allocator"] == {}
     phases = rec["throughput"]["phases_s_median"]
     assert set(phases) == {"forward_backward", "aggregation", "optimizer", "after_step"}
     assert phases["forward_backward"] > phases["optimizer"] > 0

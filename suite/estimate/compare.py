@@ -10,11 +10,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from suite.compare import compare, format_comparison
 from suite.config import RunConfig
 
 # the estimate command takes the comparison from here with the run it judges
-__all__ = ["compare", "format_comparison", "measure_beside", "measured_config"]
 
 
 def measured_config(estimated: dict, cfg: RunConfig, device: str, results: str | Path) -> RunConfig:

@@ -75,13 +75,26 @@ def format_estimate(rec: dict) -> str:
         f"{est['gpus_per_node']} per node; {steps} steps, {est['wall_s']:.1f} s",
         f"  ranks: {est['symmetry'] or 'every rank estimated'}",
         f"  {'rank':>5}"
-        + "".join(f"{c:>13}" for c in ("peak GiB", "params", "grads", "optimizer", "activations", "other")),
+        + "".join(
+            f"{c:>13}"
+            for c in ("peak GiB", "params", "grads", "optimizer", "activations", "comm_buf", "other", "state")
+        ),
     ]
     for m in rec["memory"]["per_rank"]:
         lines.append(
             f"  {m['rank']:>5}"
             + "".join(
-                f"{m[c] / gib:>13.3f}" for c in ("peak_bytes", "params", "grads", "optimizer", "activations", "other")
+                f"{m[c] / gib:>13.3f}"
+                for c in (
+                    "peak_bytes",
+                    "params",
+                    "grads",
+                    "optimizer",
+                    "activations",
+                    "comm_buffers",
+                    "other",
+                    "state_bytes",
+                )
             )
         )
     lines.append(

@@ -12,7 +12,9 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
-MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "other")
+# the memory meter's categories (suite/meters/memory.py CATEGORIES, not imported: the report imports no torch
+# module); records written before comm_buffers existed read 0 there
+MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "comm_buffers", "other")
 MAX_RANKS = 8  # per arm in the memory figure; more bars than this are unreadable
 
 
@@ -77,7 +79,7 @@ def seed_band(curve: pd.DataFrame, x: str, y: str, points: int = 60) -> pd.DataF
 def memory(records: list[dict], labels: list[str]) -> pd.DataFrame:
     """Mean over seeds of each memory part, per arm and rank (the first MAX_RANKS ranks)."""
     rows = [
-        {"arm": label, "rank": m["rank"], **{p: m[p] for p in MEMORY_PARTS}}
+        {"arm": label, "rank": m["rank"], **{p: m.get(p, 0) for p in MEMORY_PARTS}}
         for r, label in zip(records, labels)
         for m in r["memory"]["per_rank"]
         if m["rank"] < MAX_RANKS
