@@ -99,7 +99,6 @@ class Worker:
         method_params, self.optimizer_params = split_variant(cfg)
         self.strategy = get_strategy(cfg, method_params)
         self.strategy.check(self.world)
-        self.metering = Metering([])
 
     def _device(self) -> torch.device:
         if self.cfg.device == "cuda":
@@ -233,11 +232,10 @@ class Worker:
             lambda: [self.optimizer, *self.strategy.optimizers()],
         )
 
-    def metered_step(self, step: int, clock: StepClock) -> tuple[torch.Tensor, bool]:
-        """One step inside the meters that run on it; (its loss, whether any meter ran)."""
-        with self.metering.step(step) as active:
-            loss = self.train_step(step, clock)
-        return loss, bool(active)
+    def metered_step(self, step: int, clock: StepClock) -> torch.Tensor:
+        """One step inside the meters that run on it (the loop and the estimator both step through here)."""
+        with self.metering.step(step):
+            return self.train_step(step, clock)
 
     def run(self) -> None:
         cfg = self.cfg
@@ -246,9 +244,8 @@ class Worker:
         step, tokens = 0, 0
         self._write()
         while True:
-            metered = bool(self.metering.active(step))
-            with clock.step(step, self.step_tokens, on_clock=not metered):
-                loss, _ = self.metered_step(step, clock)
+            with clock.step(step, self.step_tokens, on_clock=not self.metering.active(step)):
+                loss = self.metered_step(step, clock)
             if step in self.metering_steps("flops"):
                 flops_per_step = self._sum_flops()
             step += 1

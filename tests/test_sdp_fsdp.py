@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import pytest
 
+from suite.compare import compare, format_comparison
 from suite.config import RunConfig
 from suite.estimate import estimate
-from suite.estimate.compare import compare, format_comparison, measure_beside
+from suite.estimate.compare import measure_beside
 from suite.strategy import get_strategy
 
 TWO_STEPS = ["--tokens", "2048"]  # 1,024 tokens per step: 8 sequences of 128
