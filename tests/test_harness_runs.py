@@ -12,13 +12,19 @@ import pytest
 
 from suite import models
 from suite.meters.flops import transformer_step_flops
+from suite.meters.memory import CATEGORIES
 from suite.records import read_record
 
 from .conftest import ROOT, TINY
 
 pytestmark = pytest.mark.slow
 
-STEPS3 = ["--tokens", "6144"]  # 3 steps of 2,048 tokens
+STEPS3 = ["--tokens", "6144"]  # 3 steps of 2,048 tokens at 2 ranks (the meters' window starts on step 2)
+
+
+def steps3(nproc: int) -> list[str]:
+    """Three steps of 8 sequences of 128 tokens per rank."""
+    return ["--tokens", str(3 * nproc * 8 * 128)]
 
 
 def ops(record: dict, rank: int = 0) -> dict[tuple[str, str], dict]:
@@ -37,7 +43,7 @@ def padded_numel(shape: tuple[int, ...], n: int) -> int:
 
 @pytest.mark.parametrize("nproc", [2, 3, 4])
 def test_ddp_all_reduces_every_gradient_once_per_step(runs, nproc):
-    rec = runs("ddp", "--nproc", str(nproc), *STEPS3)
+    rec = runs("ddp", "--nproc", str(nproc), *steps3(nproc))
     steps = rec["comm"]["steps"]
     param_bytes = 4 * sum(math.prod(s) for s in param_shapes())
     for rank in range(nproc):
@@ -49,7 +55,7 @@ def test_ddp_all_reduces_every_gradient_once_per_step(runs, nproc):
 
 @pytest.mark.parametrize("nproc", [2, 3, 4])
 def test_fsdp_gathers_twice_and_reduce_scatters_once(runs, nproc):
-    rec = runs("fsdp", "--nproc", str(nproc), *STEPS3)
+    rec = runs("fsdp", "--nproc", str(nproc), *steps3(nproc))
     steps = rec["comm"]["steps"]
     padded = 4 * sum(padded_numel(s, nproc) for s in param_shapes())
     for rank in range(nproc):
@@ -91,7 +97,7 @@ def test_fsdp_state_is_one_nth_and_peak_lower(runs):
         assert f["state_bytes"] * 2 == pytest.approx(d["state_bytes"], rel=0.01)
         assert f["params"] * 2 == pytest.approx(d["params"], rel=0.01)
         assert f["peak_bytes"] < d["peak_bytes"]
-        assert sum(f[k] for k in ("params", "grads", "optimizer", "activations", "other")) == f["peak_bytes"]
+        assert sum(f[k] for k in CATEGORIES) == f["peak_bytes"]
         assert f["rss_peak_bytes"] > 0
 
 
@@ -122,7 +128,7 @@ def test_bf16_halves_fsdp_gather_bytes_and_still_learns(runs):
     # one small step each: bf16 matmuls are emulated on CPUs without AVX-512 BF16 (30x slower than fp32);
     # bytes per step do not depend on the batch, and the first loss of a fresh model is about ln(256)
     fp32 = runs("fsdp", "--nproc", "2", *STEPS3)
-    small = ["--tokens", "256", "--set", "micro_batch=2", "--set", "seq_len=64"]
+    small = ["--tokens", "768", "--set", "micro_batch=2", "--set", "seq_len=64"]  # 3 steps: the ledger's is step 2
     bf16 = runs("fsdp", "--nproc", "2", "--precision", "bf16", *small)
     ddp = runs("ddp", "--nproc", "2", "--precision", "bf16", *small)
 
@@ -136,15 +142,15 @@ def test_bf16_halves_fsdp_gather_bytes_and_still_learns(runs):
 
 
 def test_record_fields_and_progress(runs):
-    rec = runs("ddp", "--nproc", "2", *STEPS3)
+    rec = runs("ddp", "--nproc", "2", "--tokens", "8192")
     assert rec["status"] == "complete" and rec["provenance"] == "measured"
-    assert rec["totals"]["steps"] == 3 and rec["totals"]["tokens"] == 6144
-    assert rec["protocol"] == {**rec["protocol"], "kind": "tokens", "budget": 6144, "reached": True}
+    assert rec["totals"]["steps"] == 4 and rec["totals"]["tokens"] == 8192
+    assert rec["protocol"] == {**rec["protocol"], "kind": "tokens", "budget": 8192, "reached": True}
     assert rec["throughput"]["tokens_per_s"] > 0 and rec["env"]["backend"] == "gloo"
-    # steps 0-1 are warm-up and carry the meters; the ledger counted step 0 only, so step 2 is timed
+    # steps 0-1 are warm-up, steps 0 and 2 carry the meters (the ledger and memory on step 2): step 3 is timed
     assert rec["comm"]["steps"] == 1 and rec["throughput"]["timed_steps"] == 1
     assert rec["command"].startswith("python -m suite run ddp")
-    assert "step 3" in rec["_stderr"] and "tokens/s" in rec["_stderr"]
+    assert "step 4" in rec["_stderr"] and "tokens/s" in rec["_stderr"]
 
 
 def test_same_seed_same_curve_bit_for_bit_also_under_users_torchrun(runs, tmp_path):

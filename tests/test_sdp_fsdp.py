@@ -1,7 +1,7 @@
 """B-SDP composed with FSDP2 (reproductions/sdp/compose.py): both readings against plain b-sdp and fsdp,
 bytes by the formula, one-line errors, and the estimate beside a measured run.
 
-The multi-process tests launch real gloo runs (marked slow); llama-tiny, micro_batch 4, two steps.
+The multi-process tests launch real gloo runs (marked slow); llama-tiny, micro_batch 4, three steps.
 """
 
 from __future__ import annotations
@@ -14,11 +14,13 @@ from suite.estimate import estimate
 from suite.estimate.compare import measure_beside
 from suite.strategy import get_strategy
 
-TWO_STEPS = ["--tokens", "2048"]  # 1,024 tokens per step: 8 sequences of 128
 
 
 def run(runs, method: str, nproc: int, micro_batch: int, *sets: str, ac: bool = False) -> dict:
-    args = [method, "--nproc", str(nproc), *TWO_STEPS, "--set", f"micro_batch={micro_batch}"]
+    # three steps (the ledger counts step 2) of nproc x micro_batch x grad_accum sequences of 128 tokens
+    accum = next((int(s.split("=")[1]) for s in sets if s.startswith("grad_accum=")), 1)
+    tokens = 3 * nproc * micro_batch * accum * 128
+    args = [method, "--nproc", str(nproc), "--tokens", str(tokens), "--set", f"micro_batch={micro_batch}"]
     for s in sets:
         args += ["--set", s]
     record = runs(*args, *(["--ac"] if ac else []))

@@ -17,7 +17,7 @@ from suite.config import RunConfig
 from suite.models import blocks_of, build_model
 from suite.strategy import get_strategy
 
-SMALL = ["--set", "micro_batch=4", "--tokens", "6144"]  # 3 steps at 4 ranks, 1.5 at 2 -> 2 steps
+SMALL = ["--set", "micro_batch=4", "--tokens", "6144"]  # 3 steps at 4 ranks, 6 at 2
 
 
 def sdp(runs, method: str, nproc: int, *sets: str) -> dict:
