@@ -15,7 +15,6 @@ from suite.estimate.compare import measure_beside
 from suite.strategy import get_strategy
 
 
-
 def run(runs, method: str, nproc: int, micro_batch: int, *sets: str, ac: bool = False) -> dict:
     # three steps (the ledger counts step 2) of nproc x micro_batch x grad_accum sequences of 128 tokens
     accum = next((int(s.split("=")[1]) for s in sets if s.startswith("grad_accum=")), 1)
