@@ -1,7 +1,8 @@
 """A reproduction is one folder: the suite finds it, runs its plan, report and bench pair, and lists it.
 
 The throwaway reproduction below lives in a temporary folder named by SUITE_REPRODUCTIONS: one method, one
-optimizer (with a parameter through --set), one microbenchmark item, one claim and one bench pair.
+optimizer (with a parameter through --set), one meter of its own, one microbenchmark item, one claim and one
+bench pair.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ TOY = textwrap.dedent(
     from baselines.ddp import DDP
     from suite.config import RunConfig, command_line
     from suite.extensions import Reproduction
+    from suite.meters.base import Meter
     from suite.micro import Microbench
     from suite.optim import OptimizerSpec
     from suite.pairs import Config, Pair
@@ -41,6 +43,29 @@ TOY = textwrap.dedent(
 
     def build_sgd(model, cfg, ctx, params):
         return torch.optim.SGD(model.parameters(), lr=params.get("toy_lr", cfg.lr), momentum=0.9)
+
+
+    class NormMeter(Meter):
+        """The parameters' norm after step 3, on each rank: a reproduction's own record section."""
+
+        name = "toy_norm"
+
+        @classmethod
+        def applies(cls, cfg):
+            return cfg.reproduction == "toy"
+
+        def steps(self):
+            return range(3, 4)
+
+        def after(self, step):
+            self.norm = float(sum(p.detach().float().norm() ** 2 for p in self.ctx.model().parameters()) ** 0.5)
+
+        def local(self):
+            return getattr(self, "norm", None)
+
+        @classmethod
+        def section(cls, per_rank, record, weight):
+            record["toy_norm"] = {"per_rank": [per_rank[r] for r in sorted(per_rank)]}
 
 
     def matmul(device, n):
@@ -66,6 +91,7 @@ TOY = textwrap.dedent(
         description="a throwaway reproduction",
         methods=(ToyDDP,),
         optimizers=(OptimizerSpec("toy-sgd", build_sgd, "SGD with momentum", {"toy_lr": float}),),
+        meters=(NormMeter,),
         plan=plan,
         claims=Path(__file__).with_name("claims.yaml"),
         pairs=(Pair("toy-ddp/ddp", Config("toy-ddp", steps=6), Config("ddp", steps=6)),),
@@ -127,7 +153,7 @@ def test_list_names_every_reproduction_with_its_description(toy):
     assert proc.returncode == 0, proc.stderr
     lines = {line.split()[0]: line for line in proc.stdout.splitlines()}
     assert {"baselines", "sdp", "toy"} <= set(lines)
-    assert "a throwaway reproduction" in lines["toy"] and "1 methods, 1 optimizers" in lines["toy"]
+    assert "a throwaway reproduction" in lines["toy"] and "1 methods, 1 optimizers, 1 meters" in lines["toy"]
 
 
 @pytest.mark.slow
@@ -144,6 +170,8 @@ def test_throwaway_reproduction_runs_its_plan_report_and_pair_touching_only_its_
         assert rec["status"] == "complete"
         assert rec["optimizer"]["name"] == "toy-sgd" and rec["optimizer"]["params"] == {"toy_lr": 0.01}
         assert rec["variant"]["optimizer"] == "toy-sgd"
+        norms = rec["toy_norm"]["per_rank"]  # DDP keeps the replicas identical: one norm on both ranks
+        assert len(norms) == 2 and norms[0] == norms[1] > 0
     (micro,) = [r for r in records if r.get("kind") == "microbenchmark"]
     assert micro["provenance"] == "measured" and micro["command"].startswith("python -m suite micro toy matmul")
     assert [row["extra"]["elements_out"] for row in micro["micro"]["rows"]] == [32 * 32, 64 * 64]
