@@ -246,8 +246,8 @@ class Worker:
         while True:
             with clock.step(step, self.step_tokens, on_clock=not self.metering.active(step)):
                 loss = self.metered_step(step, clock)
-            if step in self.metering_steps("flops"):
-                flops_per_step = self._sum_flops()
+            if (flops := self.metering.meter("flops")) and step in flops.steps():
+                flops_per_step = self._sum_flops(flops.local())
             step += 1
             tokens += self.step_tokens
             evaluate = step % cfg.eval_every == 0
@@ -264,10 +264,6 @@ class Worker:
                 break
         self._final_evals()
         self._close(progress, clock, flops_per_step)
-
-    def metering_steps(self, name: str) -> range:
-        """The steps the meter `name` runs on (empty when it does not run)."""
-        return next((m.steps() for m in self.metering.meters if m.name == name), range(0))
 
     def _final_evals(self) -> None:
         """Checkpoint and downstream scores of the evaluation model, off the clock and off the ledger."""
@@ -294,10 +290,9 @@ class Worker:
     def _plain_model(self) -> nn.Module:
         return getattr(self.model, "module", self.model)
 
-    def _sum_flops(self) -> float:
+    def _sum_flops(self, counted: dict | None) -> float:
         """Model FLOPs of one step over all ranks, as soon as they are counted (an equal-FLOPs budget needs them)."""
-        counted = self.metering.results()["flops"] or {"model": 0}
-        t = torch.tensor([float(counted["model"])], dtype=torch.float64)
+        t = torch.tensor([float((counted or {"model": 0})["model"])], dtype=torch.float64)
         dist.all_reduce(t, group=self.control)
         return t.item()
 

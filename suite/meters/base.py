@@ -78,6 +78,10 @@ class Metering:
     def __init__(self, meters: list[Meter]) -> None:
         self.meters = meters
 
+    def meter(self, name: str) -> Meter | None:
+        """The meter that writes section `name`, if it runs on this run."""
+        return next((m for m in self.meters if m.name == name), None)
+
     def active(self, step: int) -> list[Meter]:
         return [m for m in self.meters if step in m.steps()]
 

@@ -43,7 +43,7 @@ micro-batch 8 x 128, AdamW and clipping, 1 process, 2 threads; medians of 8 step
   the metered step only gave 880-905 MB and cannot be undone: an explicit threshold turns glibc's dynamic
   threshold off for the rest of the process, so the timed steps after it would not run at the defaults.
 So the metered step only returns free heap pages (`malloc_trim(0)`, which changes no setting) before the
-peak-RSS count restarts, and `allocator_is_default()` lets the loop check that nothing tuned malloc.
+peak-RSS count restarts; every record lists `allocator_settings()` (empty at the defaults) under env.allocator.
 """
 
 import contextlib
