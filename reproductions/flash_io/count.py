@@ -1,0 +1,102 @@
+"""HBM accesses of one attention head, in closed form: what the instrumented algorithms (tiled.py, standard.py)
+move, without executing them, so paper-scale shapes (GPT-2 medium: N 1024, d 64) cost nothing to count.
+
+Elements, not bytes: one element is one number of Q, K, V, O, their gradients, S, P, or the softmax
+statistics l and m. The tests check every formula here equal to the executed algorithm's counter.
+
+Tiled (FlashAttention, arXiv 2205.14135 Algorithm 1 forward, Algorithm 4 backward without dropout), with the
+paper's block sizes B_c = ceil(M / 4d), B_r = min(ceil(M / 4d), d); T_c = ceil(N / B_c) column blocks. For
+column block j let R_j be the query rows it meets: N, or under a causal mask the rows of the row blocks not
+entirely above the diagonal (fully masked tiles are skipped, as the CUDA kernels do). With R = sum_j R_j:
+  forward  reads 2Nd (K, V once) + R (2d + 2) (Q_i, O_i, l_i, m_i per tile)
+           writes Nd + 2N (O, l, m initialised) + R (d + 2) (O_i, l_i, m_i per tile)
+  backward reads 2Nd (K, V) + R (4d + 2) (Q_i, O_i, dO_i, dQ_i, l_i, m_i per tile)
+           writes 3Nd (dQ, dK, dV initialised) + R d (dQ_i per tile) + 2Nd (dK, dV once)
+Without a mask R = T_c N, so the count is Theta(T_c N d) = Theta(N^2 d^2 / M) (Theorem 2).
+
+Standard (Algorithm 0 forward, Algorithm 3 backward): S and P are materialised in HBM; scaling and the causal
+mask are fused into the kernel that writes S, so a mask changes no count. Each operand of a matrix product
+is read once, the paper's accounting (a real blocked product re-reads operand tiles; counting that would
+only add to standard attention's total):
+  forward  reads 3Nd + 2N^2, writes Nd + 2N^2          (S = QK^T; P = softmax(S); O = PV)
+  backward reads 5Nd + 5N^2, writes 3Nd + 2N^2         (dV = P^T dO; dP = dO V^T; dS; dQ = dS K; dK = dS^T Q)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+ALGORITHMS = ("tiled", "standard")
+
+
+@dataclass(frozen=True)
+class Io:
+    """Elements read from and written to HBM."""
+
+    reads: int
+    writes: int
+
+    @property
+    def moved(self) -> int:
+        return self.reads + self.writes
+
+    def __add__(self, other: Io) -> Io:
+        return Io(self.reads + other.reads, self.writes + other.writes)
+
+
+def check_shape(n: int, d: int, m: int | None = None) -> None:
+    """One line naming the fix for a shape the paper's analysis does not cover (d <= M <= N d)."""
+    if n < 1 or d < 1:
+        raise ValueError(f"sequence length N and head dimension d must be >= 1, got N={n}, d={d}")
+    if m is not None and not d <= m <= n * d:
+        raise ValueError(
+            f"SRAM size M={m} elements is outside [d, N d] = [{d}, {n * d}] for N={n}, d={d} "
+            "(Theorem 2's range); choose M in that range"
+        )
+
+
+def block_sizes(n: int, d: int, m: int) -> tuple[int, int]:
+    """(B_c, B_r) = (ceil(M / 4d), min(ceil(M / 4d), d)): Algorithm 1, line 1."""
+    check_shape(n, d, m)
+    bc = math.ceil(m / (4 * d))
+    return bc, min(bc, d)
+
+
+def tiled_rows(n: int, d: int, m: int, causal: bool) -> list[int]:
+    """R_j for each column block j: the query rows of the tiles that the algorithm visits in that column."""
+    bc, br = block_sizes(n, d, m)
+    # under a causal mask, row block i is visited when its last row reaches column c0: i >= c0 // br
+    return [n - (c0 // br) * br if causal else n for c0 in range(0, n, bc)]
+
+
+def tiled_io(n: int, d: int, m: int, *, causal: bool = False, backward: bool = True) -> Io:
+    rows = sum(tiled_rows(n, d, m, causal))
+    io = Io(2 * n * d + rows * (2 * d + 2), n * d + 2 * n + rows * (d + 2))
+    if backward:
+        io += Io(2 * n * d + rows * (4 * d + 2), 3 * n * d + rows * d + 2 * n * d)
+    return io
+
+
+def standard_io(n: int, d: int, *, backward: bool = True) -> Io:
+    check_shape(n, d)
+    io = Io(3 * n * d + 2 * n * n, n * d + 2 * n * n)
+    if backward:
+        io += Io(5 * n * d + 5 * n * n, 3 * n * d + 2 * n * n)
+    return io
+
+
+def io_counts(n: int, d: int, m: int | None, *, algorithm: str, causal: bool = False, backward: bool = True) -> Io:
+    """Reads and writes of one head; `m` (SRAM elements) is ignored by "standard"."""
+    if algorithm == "standard":
+        return standard_io(n, d, backward=backward)
+    if algorithm == "tiled":
+        if m is None:
+            raise ValueError("the tiled algorithm needs the SRAM size m (elements, d <= m <= N d)")
+        return tiled_io(n, d, m, causal=causal, backward=backward)
+    raise ValueError(f"unknown algorithm {algorithm!r}; choose one of: {', '.join(ALGORITHMS)}")
+
+
+def count_io(n: int, d: int, m: int | None, *, algorithm: str, causal: bool = False, backward: bool = True) -> int:
+    """Elements moved between HBM and SRAM for one attention head (forward, plus backward by default)."""
+    return io_counts(n, d, m, algorithm=algorithm, causal=causal, backward=backward).moved
