@@ -2,6 +2,7 @@
 
 from baselines.ddp import DDP
 from baselines.fsdp import FSDP, HSDP
+from baselines.muon import MUON
 from baselines.optim import ADAMW
 from reproductions.baselines.plan import plan
 from suite.extensions import Reproduction
@@ -13,7 +14,7 @@ REPRODUCTION = Reproduction(
     name="baselines",
     description="DDP, FSDP2 and HSDP, with activation checkpointing and bf16, equal tokens (no paper claim)",
     methods=(DDP, FSDP, HSDP),
-    optimizers=(ADAMW,),
+    optimizers=(ADAMW, MUON),
     plan=plan,
     claims=None,
     # Tolerances: on a quiet 2-core machine single rounds of a pair fell up to 12.5% below their 3-round
