@@ -100,3 +100,11 @@ def io_counts(n: int, d: int, m: int | None, *, algorithm: str, causal: bool = F
 def count_io(n: int, d: int, m: int | None, *, algorithm: str, causal: bool = False, backward: bool = True) -> int:
     """Elements moved between HBM and SRAM for one attention head (forward, plus backward by default)."""
     return io_counts(n, d, m, algorithm=algorithm, causal=causal, backward=backward).moved
+
+
+# The paper's A100 (arXiv 2205.14135 v2, section 2.1): "192KB of on-chip SRAM per each of 108 streaming
+# multiprocessors". Taken as 4-byte elements (on-chip S, P, the accumulator and l, m are fp32 even with fp16
+# inputs): 49,152 elements, inside Theorem 2's range at GPT-2 medium's N d = 65,536. With 2-byte elements the
+# same SRAM holds 98,304, above N d, where the theorem does not apply.
+A100_SRAM_BYTES = 192 * 1024
+A100_M = A100_SRAM_BYTES // 4
