@@ -1,4 +1,4 @@
-"""python -m suite {run,reproduce,report,evaluate,estimate,simulate}: the command-line contract of DESIGN.md.
+"""python -m suite {run,reproduce,report,verdicts,evaluate,estimate,simulate}: the command-line contract of DESIGN.md.
 
 Input is checked here, before any worker starts, so that a mistake costs one line of error naming
 the fix instead of a traceback from inside torch and a half-written record.
@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import shlex
 import sys
 import tempfile
 from pathlib import Path
 
+from suite.claims import ClaimsError
 from suite.config import RunConfig, apply_sets
 from suite.errors import UsageError
 from suite.evals import add_evaluate_command
@@ -194,6 +196,23 @@ def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
     except ImportError as err:
         print(f"report not written: {err}", file=sys.stderr)
     return 0 if all(r["status"] == "complete" for r in records) else 1
+
+
+def cmd_verdicts(args: argparse.Namespace, argv: list[str]) -> int:
+    from suite.records import load_records
+    from suite.verdicts import verdict_rows, verdict_table
+
+    records = []
+    for folder in args.results:
+        if not Path(folder).is_dir():
+            raise UsageError(f"no results folder {folder!r}; give folders that hold run records")
+        records += load_records(folder)[0]
+    try:
+        rows = verdict_rows(records)
+    except ClaimsError as err:
+        raise UsageError(str(err)) from None
+    print(json.dumps(rows, indent=1, default=str) if args.json else verdict_table(rows))
+    return 0
 
 
 def _list_reproductions() -> int:
@@ -377,6 +396,9 @@ def parser() -> argparse.ArgumentParser:
     mic.add_argument("--preset", choices=("smoke", "gpu", "paper"), default="smoke")
     mic.add_argument("--results", default="results/runs", help="folder for the record")
     add_evaluate_command(sub)
+    ver = sub.add_parser("verdicts", help="every claim's verdict, value, band, evidence and runs (a table, or --json)")
+    ver.add_argument("results", nargs="+", help="folders of run records")
+    ver.add_argument("--json", action="store_true", help="JSON for scripts and CI")
     rp = sub.add_parser("report", help="regenerate the HTML report from run records alone")
     rp.add_argument("results_dir")
     rp.add_argument("-o", "--output", default="reports/latest")
@@ -399,6 +421,7 @@ COMMANDS = {
     "estimate": cmd_estimate,
     "micro": cmd_micro,
     "simulate": cmd_simulate,
+    "verdicts": cmd_verdicts,
 }
 
 

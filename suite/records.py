@@ -101,6 +101,7 @@ def summary_row(rec: dict) -> dict[str, Any]:
     mem = rec["memory"]["per_rank"]
     comm_steps = rec["comm"].get("steps") or 0
     comm_bytes = sum(op["bytes"] for r in rec["comm"]["per_rank"] for op in r["ops"])
+    wire_bytes = sum(op.get("wire_bytes") or 0 for r in rec["comm"]["per_rank"] for op in r["ops"])
     n_ranks = max(len(rec["comm"]["per_rank"]), 1)
     last = rec["curve"][-1] if rec["curve"] else {}
     return {
@@ -127,6 +128,7 @@ def summary_row(rec: dict) -> dict[str, Any]:
             (m.get("state_bytes", m["params"] + m["grads"] + m["optimizer"]) for m in mem), default=None
         ),
         "comm_bytes_per_rank_step": comm_bytes / n_ranks / comm_steps if comm_steps else None,
+        "comm_wire_bytes_per_rank_step": wire_bytes / n_ranks / comm_steps if comm_steps else None,
         "final_train_loss": last.get("train_loss"),
         "final_val_loss": next((p["val_loss"] for p in reversed(rec["curve"]) if p["val_loss"] is not None), None),
         "path": rec.get("_path"),

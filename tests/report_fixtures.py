@@ -200,16 +200,21 @@ claims:
     metric: {name: ratio, field: peak_bytes_max, method: b-sdp, baseline: ddp, variant: {C: 0.5}}
     protocol: flops
     kind: ratio
-    tolerance: 0.1
+    better: lower
+    band: {tolerance: 0.1, source: a test band}
     command: python -m suite reproduce sdp --preset smoke
   - id: sdp-quality
     statement: B-SDP keeps validation loss at or below DDP's
     paper_value: 2.437 vs 2.452
     source: {paper: arXiv 2507.09029, table: Table 1}
     source_status: unverified
-    metric: {name: quality, field: final_val_loss, method: b-sdp, baseline: ddp, better: lower, variant: {C: 0.5}}
+    metric: {name: quality, field: final_val_loss, method: b-sdp, baseline: ddp, variant: {C: 0.5}}
     protocol: flops
     kind: quality
+    better: lower
+    test: non-inferiority
+    margin: {value: 0.0, source: a strict test}
+    plateau: {change: 0.5, source: a test plateau}
     command: python -m suite reproduce sdp --preset smoke
   - id: sdp-inter-node
     statement: B-SDP+FSDP cuts inter-node wall-clock by 19.9% against DDP
@@ -218,7 +223,8 @@ claims:
     source_status: unverified
     metric: {name: ratio, field: wall_s, method: b-sdp, baseline: ddp}
     kind: ratio
-    tolerance: 0.05
+    better: lower
+    band: {tolerance: 0.05, source: a test band}
     requires: [cuda, network, world_size>=8]
     what_would_test: 8 GPUs over 2 nodes with python -m suite reproduce sdp --preset gpu
     command: python -m suite reproduce sdp --preset gpu

@@ -111,7 +111,8 @@ CLAIMS = textwrap.dedent(
         metric: {name: ratio, field: state_bytes_max, method: toy-ddp, baseline: ddp, model: llama-tiny}
         protocol: tokens
         kind: ratio
-        tolerance: 0.05
+        better: lower
+        band: {tolerance: 0.05, source: the same model and wrapper as DDP}
         command: python -m suite reproduce toy --preset smoke
     """
 )

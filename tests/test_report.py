@@ -145,7 +145,7 @@ def test_claim_cards_show_paper_value_measurement_and_verdict(site):
         "equal flops",
         "world size 2",
         "reproduced",
-        "paper value ± tolerance 0.1",
+        "0.6 ± 0.1 (a test band)",
         "python -m suite reproduce sdp --preset smoke",
     ]:
         assert text in card, text

@@ -16,9 +16,10 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup
 
-from suite.claims import Claim, ClaimsError, claim_frame, claims_for, evaluate
+from suite.claims import Claim, ClaimsError, claims_for
 from suite.records import load_records
 from suite.report.pages import Reproduction, css_token, index_context, reproduction_context, run_context
+from suite.verdicts import judge_all
 
 UNASSIGNED = "(no reproduction)"
 
@@ -112,8 +113,7 @@ def _evaluated(name: str, records: list[dict], claims_by_reproduction: dict[str,
             claims = claims_by_reproduction.get(name, [])
         else:
             claims = [] if name == UNASSIGNED else claims_for(name)
-        df = claim_frame(records)
-        verdicts = [(claim, evaluate(claim, df)) for claim in claims]
+        verdicts = judge_all(claims, records)
     except ClaimsError as err:
         return Reproduction(name, records, [], str(err), href)
     return Reproduction(name, records, verdicts, None, href)

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from suite.claims import evidence_label
 from suite.compare import Row, compare_per_step, config_key, per_step
 from suite.report import frames
 from suite.report.tables import Cell, Table, fmt_bytes, fmt_sci, missing, number, text
+from suite.verdicts import evidence_label
 
 QUANTITIES: dict[str, tuple[str, Callable[[Any], str]]] = {
     "peak_bytes": ("peak bytes per rank (max over ranks)", fmt_bytes),

@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from suite.claims import EVIDENCE, Claim, Verdict, evidence_label
+from suite.claims import Claim
 from suite.records import to_dataframe
 from suite.report import figures, frames, tables
 from suite.report.estimates import estimates_beside
 from suite.report.tables import Cell, Table, fmt_bytes, fmt_number
+from suite.verdicts import EVIDENCE, Verdict, evidence_label
 
 
 @dataclass
@@ -126,6 +127,9 @@ def _card(claim: Claim, verdict: Verdict, run_hrefs: dict[str, str]) -> dict:
         "status_css": "status-unverified" if "unverified" in claim.source_status else "status-other",
         "measured": _measured(verdict, claim.unit),
         "baseline": None if verdict.baseline is None else f"{fmt_number(verdict.baseline)} {claim.unit}".strip(),
+        "band": verdict.band,
+        "setting": verdict.setting,
+        "shown": [(s.label, f"{fmt_number(s.value)} {claim.unit}".strip(), s.evidence) for s in verdict.shown],
         "ratio": "—" if verdict.ratio_to_paper is None else f"{verdict.ratio_to_paper:.3g}x the paper's value",
         "metric": f"{claim.metric['name']}({spec})",
         "protocol": f"equal {claim.protocol}" if claim.protocol else "any",

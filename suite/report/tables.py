@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from suite.claims import evidence_label
+from suite.verdicts import evidence_label
 
 
 @dataclass(frozen=True)

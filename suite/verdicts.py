@@ -1,0 +1,599 @@
+"""The verdict on a claim (suite/claims.py) from run records: the value, its band or test, and its evidence.
+
+Verdict words keep their direction (DESIGN.md): reproduced (inside the band, or the test passes), exceeded
+(better than claimed, beyond the band), fell short (worse), inconclusive (noise too large, too few seeds, runs
+too short, no run), not testable here (the hardware is missing: says what would test it), and "measured, no
+paper value" for claims without a paper number.
+
+Evidence kinds never mix. What this machine can do is read from measured records only. An estimated record
+decides only a claim that allows it (`evidence`), and a simulated one never decides: it is shown beside the
+verdict as a projection. Ratio and mechanism claims judge an interval against the band: one value, the 95%
+t-interval of the mean over seeds, or the range over settings (calibration sweeps). Quality claims compare the
+method's seeds with the baseline's by Welch t-tests: two one-sided tests for equivalence, one for
+non-inferiority.
+
+Metrics (METRICS; add one with @metric) turn the rows of `claim_frame` into samples, one per seed and setting:
+`ratio` (method / baseline, paired), `value` (one arm) and `quality` (both arms, unpaired).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from suite.claims import Claim, ClaimsError
+
+ALPHA = 0.05
+VERDICTS = ("reproduced", "exceeded", "fell short", "inconclusive", "not testable here", "measured, no paper value")
+# The order in which measured evidence is preferred; estimates come after, and only where a claim allows them.
+EVIDENCE = ("measured (gpu)", "measured (cpu)", "estimated", "simulated")
+# Settings two arms must share to be compared (a sweep over them is a calibration, never pooled as seeds).
+SETTING_KEYS = ("seq_len", "micro_batch", "grad_accum", "precision")
+# What suite/sim projects: time. Its records copy the estimate's memory and bytes, which are no projection.
+PROJECTED_FIELDS = ("wall_s", "tokens_per_s")
+
+
+def evidence_label(provenance: str, device: str) -> str:
+    """The provenance badge of a number: where it came from, and for measurements, on what device."""
+    if provenance != "measured":
+        return provenance
+    return "measured (gpu)" if device == "cuda" else "measured (cpu)"
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A value shown beside a verdict without deciding it: a projection, or the claim at another setting."""
+
+    label: str
+    value: float
+    evidence: str
+    run_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    verdict: str
+    measured: float | None = None
+    spread: float | None = None  # sample standard deviation over seeds
+    interval: tuple[float, float] | None = None  # what was judged against the band
+    n_seeds: int = 0
+    ratio_to_paper: float | None = None
+    reason: str = ""
+    provenance: str | None = None  # an EVIDENCE label
+    p_value: float | None = None
+    baseline: float | None = None  # quality claims: the baseline's mean
+    band: str = ""  # the band or test, with its source
+    hardware: str = ""
+    scale: str = ""
+    setting: str = ""  # the settings judged (calibrated ones, where a sweep was run)
+    run_ids: tuple[str, ...] = ()
+    shown: tuple[Shown, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict {self.verdict!r} is not one of {VERDICTS}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Samples:
+    """One value per seed and setting for the claim's arm, and for quality metrics the baseline's."""
+
+    values: np.ndarray
+    rows: pd.DataFrame
+    settings: tuple[str, ...] = ()  # the setting of each value
+    baseline: np.ndarray | None = None
+    baseline_settings: tuple[str, ...] = ()
+
+
+METRICS: dict[str, Callable[..., Samples]] = {}
+
+
+def metric(name: str) -> Callable:
+    def register(fn: Callable[..., Samples]) -> Callable[..., Samples]:
+        METRICS[name] = fn
+        return fn
+
+    return register
+
+
+def _arm(df: pd.DataFrame, method: str, variant: dict | None, model: str | None) -> pd.DataFrame:
+    rows = df[df["method"] == method]
+    if model is not None:
+        rows = rows[rows["model"] == model]
+    if variant:
+        rows = rows[rows["variant"].map(lambda v: _variant_matches(v, variant)).astype(bool)]
+    return rows
+
+
+def _variant_matches(variant_json: str, wanted: dict) -> bool:
+    variant = json.loads(variant_json)
+    return all(variant.get(k) == v for k, v in wanted.items())
+
+
+def _per_seed(rows: pd.DataFrame, field_name: str) -> pd.Series:
+    """One value per (seed, setting); repeated runs of one seed are averaged so no seed counts twice."""
+    empty = pd.Series(dtype=float, index=pd.MultiIndex.from_arrays([[], []], names=["seed", "setting"]))
+    if field_name not in rows.columns:
+        if field_name.startswith("evals."):
+            return empty
+        raise ClaimsError(f"metric field {field_name!r} is not a summary field; use one of {sorted(rows.columns)}")
+    if rows.empty:
+        return empty
+    values = pd.to_numeric(rows[field_name], errors="coerce")
+    values = values[np.isfinite(values.to_numpy(dtype=float))]
+    return values.groupby([rows["seed"], rows["setting"]]).mean().dropna()
+
+
+def _settings(series: pd.Series) -> tuple[str, ...]:
+    return tuple(setting for _, setting in series.index)
+
+
+@metric("ratio")
+def ratio(
+    df: pd.DataFrame,
+    field: str,
+    method: str,
+    baseline: str,
+    variant: dict | None = None,
+    baseline_variant: dict | None = None,
+    model: str | None = None,
+) -> Samples:
+    """method / baseline of `field`, paired by seed and setting (a seed fixes initialisation and data order)."""
+    mine = _arm(df, method, variant, model)
+    theirs = _arm(df, baseline, baseline_variant, model)
+    a, b = _per_seed(mine, field), _per_seed(theirs, field)
+    keys = a.index.intersection(b.index)
+    seeds = {seed for seed, _ in keys}
+    used = pd.concat([mine[mine["seed"].isin(seeds)], theirs[theirs["seed"].isin(seeds)]])
+    return Samples((a[keys] / b[keys]).to_numpy(dtype=float), used, _settings(a[keys]), b[keys].to_numpy(float))
+
+
+@metric("value")
+def value(df: pd.DataFrame, field: str, method: str, variant: dict | None = None, model: str | None = None) -> Samples:
+    """`field` of one arm, per seed."""
+    rows = _arm(df, method, variant, model)
+    a = _per_seed(rows, field)
+    return Samples(a.to_numpy(dtype=float), rows, _settings(a))
+
+
+@metric("quality")
+def quality(
+    df: pd.DataFrame,
+    field: str,
+    method: str,
+    baseline: str,
+    variant: dict | None = None,
+    baseline_variant: dict | None = None,
+    model: str | None = None,
+) -> Samples:
+    """`field` of the method's seeds and of the baseline's seeds, unpaired (compared by Welch's tests)."""
+    mine = _arm(df, method, variant, model)
+    theirs = _arm(df, baseline, baseline_variant, model)
+    a, b = _per_seed(mine, field), _per_seed(theirs, field)
+    return Samples(
+        a.to_numpy(dtype=float), pd.concat([mine, theirs]), _settings(a), b.to_numpy(dtype=float), _settings(b)
+    )
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What the measured records show this machine can do: devices, largest world, inter-node traffic."""
+
+    devices: frozenset[str] = frozenset()
+    max_world_size: int = 0
+    inter_node: bool = False
+
+    @classmethod
+    def of(cls, df: pd.DataFrame) -> Environment:
+        """From measured records only: an estimate or a simulation names hardware nobody ran on."""
+        measured = df[df["provenance"] == "measured"] if not df.empty else df
+        if measured.empty:
+            return cls()
+        return cls(frozenset(measured["device"]), int(measured["world_size"].max()), bool(measured["inter_node"].any()))
+
+    def meets(self, requirement: str) -> bool:
+        if requirement == "cuda":
+            return "cuda" in self.devices
+        if requirement == "network":
+            return self.inter_node
+        return self.max_world_size >= int(requirement.split(">=")[1])
+
+    def describe(self) -> str:
+        if not self.devices:
+            return "no measured runs"
+        devices = "/".join(sorted(self.devices))
+        nodes = "inter-node traffic" if self.inter_node else "one node"
+        return f"measured runs on {devices}, world size up to {self.max_world_size}, {nodes}"
+
+
+def _requirement_mask(requirement: str, df: pd.DataFrame) -> pd.Series:
+    if requirement == "cuda":
+        return df["device"] == "cuda"
+    if requirement == "network":
+        return df["inter_node"].astype(bool)
+    return df["world_size"] >= int(requirement.split(">=")[1])
+
+
+def claim_frame(records: list[dict]) -> pd.DataFrame:
+    """Summary rows plus what claims select on: evidence, setting, inter-node traffic, plateau, `evals.<name>`."""
+    from suite.records import to_dataframe
+
+    df = to_dataframe(records)
+    if df.empty:
+        return df
+    df["evidence"] = [evidence_label(p, d) for p, d in zip(df["provenance"], df["device"])]
+    df["device_name"] = [r["env"]["device_name"] for r in records]
+    df["inter_node"] = [_crosses_nodes(r) for r in records]
+    df["setting"] = [setting_of(r) for r in records]
+    df["val_change_last_fifth"] = [val_change_last_fifth(r["curve"]) for r in records]
+    evals = pd.DataFrame(
+        [{f"evals.{k}": _eval_value(v) for k, v in r["evals"].items()} for r in records], index=df.index
+    )
+    return pd.concat([df, evals], axis=1)
+
+
+def setting_of(record: dict) -> str:
+    """The settings two compared arms must share, as one label (e.g. `seq_len=1024 micro_batch=8 ...`)."""
+    settings = record.get("settings") or {}
+    parallel = record["parallel"]
+    values = {
+        "seq_len": settings.get("seq_len"),
+        "micro_batch": settings.get("micro_batch", parallel.get("micro_batch")),
+        "grad_accum": settings.get("grad_accum", parallel.get("grad_accum")),
+        "precision": settings.get("precision", record["variant"].get("precision")),
+    }
+    return " ".join(f"{k}={values[k]}" for k in SETTING_KEYS if values[k] is not None)
+
+
+def val_change_last_fifth(curve: list[dict]) -> float | None:
+    """Relative change of the validation loss over the last fifth of the run's steps (None: no such pair).
+
+    From the last evaluation at or before 80% of the steps to the final one: a run whose loss still falls
+    steeply there has not run long enough to compare final losses."""
+    points = [(p["step"], p["val_loss"]) for p in curve if p.get("val_loss") is not None]
+    if len(points) < 2:
+        return None
+    cut = 0.8 * points[-1][0]
+    before = [v for s, v in points[:-1] if s <= cut]
+    if not before:
+        return None
+    return abs(points[-1][1] - before[-1]) / abs(before[-1])
+
+
+def _crosses_nodes(record: dict) -> bool:
+    return any(op.get("tier") == "inter-node" for r in record["comm"]["per_rank"] for op in r["ops"])
+
+
+def _eval_value(v: Any) -> float | None:
+    v = v.get("value") if isinstance(v, dict) else v
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def evaluate(claim: Claim, df: pd.DataFrame) -> Verdict:
+    """The verdict on `claim` from the summary rows `df` (see claim_frame) of its reproduction."""
+    rows = _selected(claim, df)
+    shown = (*_beside(claim, rows), *_projection(claim, rows))
+    env = Environment.of(df)
+    unmet = [r for r in claim.requires if not env.meets(r)]
+    samples, label = _decisive(claim, rows, allow_measured=not unmet)
+    if samples is None:
+        if unmet:
+            return Verdict(
+                "not testable here",
+                reason=f"needs {', '.join(unmet)}; the records have {env.describe()}. "
+                f"What would test it: {claim.what_would_test}",
+                band=_band_text(claim),
+                shown=shown,
+            )
+        where = f" under the {claim.protocol} protocol" if claim.protocol else ""
+        kinds = " or ".join(claim.evidence)
+        reason = f"no complete {kinds} runs of {_arms(claim)}{where}"
+        return Verdict("inconclusive", reason=reason, band=_band_text(claim), shown=shown)
+    samples, setting, note = _calibrated(claim, samples)
+    verdict = _judge(claim, samples)
+    n = len(samples.values) if samples.baseline is None or claim.kind != "quality" else _n_quality(samples)
+    measured = float(np.mean(samples.values)) if len(samples.values) else None
+    paper = claim.paper_range
+    reason = verdict["reason"] + note
+    if label == "estimated":
+        reason += f" (estimated, not a measurement; estimator checked by {claim.estimator_check})"
+    return Verdict(
+        verdict["verdict"],
+        measured=measured,
+        spread=float(np.std(samples.values, ddof=1)) if len(samples.values) > 1 else None,
+        interval=verdict.get("interval"),
+        n_seeds=n,
+        ratio_to_paper=measured / paper[0] if measured and paper and paper[0] == paper[1] and paper[0] else None,
+        reason=reason,
+        provenance=label,
+        p_value=verdict.get("p"),
+        baseline=float(np.mean(samples.baseline)) if claim.kind == "quality" and len(samples.baseline) else None,
+        band=_band_text(claim),
+        hardware=_hardware(samples.rows),
+        scale=_scale(samples.rows),
+        setting=setting,
+        run_ids=tuple(samples.rows["run_id"]),
+        shown=shown,
+    )
+
+
+def _n_quality(samples: Samples) -> int:
+    return min(len(samples.values), len(samples.baseline))
+
+
+def _arms(claim: Claim) -> str:
+    m = claim.metric
+    return " and ".join(x for x in (m["method"], m.get("baseline")) if x)
+
+
+def _selected(claim: Claim, df: pd.DataFrame) -> pd.DataFrame:
+    """Complete runs of the claim's protocol (the baseline's own protocol where it has one)."""
+    if df.empty:
+        return df
+    rows = df[df["status"] == "complete"]
+    if claim.protocol:
+        wanted = rows["protocol"] == claim.protocol
+        if claim.baseline_protocol:
+            base = rows["method"] == claim.metric.get("baseline")
+            wanted = (wanted & ~base) | (base & (rows["protocol"] == claim.baseline_protocol))
+        rows = rows[wanted]
+    return rows
+
+
+def _samples_of(claim: Claim, rows: pd.DataFrame, label: str, overrides: dict | None = None) -> Samples:
+    args = {k: v for k, v in claim.metric.items() if k != "name"} | (overrides or {})
+    return METRICS[claim.metric["name"]](rows[rows["evidence"] == label], **args)
+
+
+def _decisive(claim: Claim, rows: pd.DataFrame, allow_measured: bool) -> tuple[Samples | None, str | None]:
+    """Samples from the first kind of evidence the claim accepts that has any: measured (on hardware that
+    meets the requirements), then estimated where the claim allows it. Simulated numbers never decide."""
+    if "evidence" not in rows.columns:  # no records at all
+        return None, None
+    labels = []
+    if allow_measured:
+        measured = rows
+        for requirement in claim.requires:
+            measured = measured[_requirement_mask(requirement, measured)]
+        labels += [(label, measured) for label in EVIDENCE[:2]]
+    if "estimated" in claim.evidence:
+        labels.append(("estimated", rows))
+    for label, candidates in labels:
+        samples = _samples_of(claim, candidates, label)
+        if len(samples.values) and (samples.baseline is None or len(samples.baseline)):
+            return samples, label
+    return None, None
+
+
+def _beside(claim: Claim, rows: pd.DataFrame) -> list[Shown]:
+    out = []
+    for extra in claim.beside:
+        for label in EVIDENCE:
+            if "evidence" in rows.columns and len((s := _samples_of(claim, rows, label, extra.overrides)).values):
+                out.append(Shown(extra.label, float(np.mean(s.values)), label, tuple(s.rows["run_id"])))
+                break
+    return out
+
+
+def _projection(claim: Claim, rows: pd.DataFrame) -> list[Shown]:
+    if "evidence" not in rows.columns or claim.metric["field"] not in PROJECTED_FIELDS:
+        return []
+    s = _samples_of(claim, rows, "simulated")
+    if not len(s.values):
+        return []
+    return [Shown("projection (simulated)", float(np.mean(s.values)), "simulated", tuple(s.rows["run_id"]))]
+
+
+def _calibrated(claim: Claim, samples: Samples) -> tuple[Samples, str, str]:
+    """Keep the settings whose baseline matches the paper's absolute number (claims with `calibrate`)."""
+    settings = sorted(set(samples.settings))
+    if claim.calibrate is None or samples.baseline is None:
+        return samples, ", ".join(settings), ""
+    cal = claim.calibrate
+    fits = [abs(b / cal.value - 1) <= cal.within for b in samples.baseline]
+    if not any(fits):
+        closest = int(np.argmin([abs(b / cal.value - 1) for b in samples.baseline]))
+        note = (
+            f"; calibration: no swept setting puts {claim.metric['baseline']} within {cal.within:.0%} of the paper's "
+            f"{cal.value:.4g} ({cal.source}); closest {samples.baseline[closest]:.4g} at {samples.settings[closest]}, "
+            "judged at every swept setting"
+        )
+        return samples, ", ".join(settings), note
+    keep = np.array(fits)
+    kept = Samples(
+        samples.values[keep],
+        samples.rows,
+        tuple(s for s, k in zip(samples.settings, keep) if k),
+        samples.baseline[keep],
+    )
+    note = (
+        f"; calibrated: {int(keep.sum())} of {len(keep)} swept settings put {claim.metric['baseline']} within "
+        f"{cal.within:.0%} of the paper's {cal.value:.4g} ({cal.source})"
+    )
+    return kept, ", ".join(sorted(set(kept.settings))), note
+
+
+def _judge(claim: Claim, samples: Samples) -> dict[str, Any]:
+    if claim.kind == "quality":
+        n = _n_quality(samples)
+        if n < claim.seeds_needed:
+            return {"verdict": "inconclusive", "reason": f"{n} seed(s) per arm; the claim needs {claim.seeds_needed}"}
+        short = _too_short(claim, samples)
+        if short:
+            return {"verdict": "inconclusive", "reason": short}
+        result = _judge_quality(claim, samples)
+    else:
+        if len(samples.values) < claim.seeds_needed:
+            return {
+                "verdict": "inconclusive",
+                "reason": f"{len(samples.values)} seed(s) of {_arms(claim)}; the claim needs {claim.seeds_needed}",
+            }
+        result = _judge_band(claim, samples)
+    if not claim.has_paper_value:
+        result = {**result, "verdict": "measured, no paper value"}
+        result["reason"] = f"the paper gives no value to compare with; {result['reason']}"
+    return result
+
+
+def _interval(samples: Samples) -> tuple[float, float]:
+    """What a band judges: one value; the 95% t-interval of the mean over seeds; the range over settings."""
+    values = samples.values
+    if len(set(samples.settings)) > 1:
+        return float(values.min()), float(values.max())
+    if len(values) < 2 or np.ptp(values) == 0:
+        return float(values.mean()), float(values.mean())
+    half = stats.t.ppf(1 - ALPHA / 2, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values))
+    return float(values.mean() - half), float(values.mean() + half)
+
+
+def _judge_band(claim: Claim, samples: Samples) -> dict[str, Any]:
+    low, high = _interval(samples)
+    what = f"{low:.4g}" if low == high else f"[{low:.4g}, {high:.4g}] ({_interval_kind(samples)})"
+    if claim.band is None or claim.paper_range is None:
+        return {"verdict": "measured, no paper value", "reason": f"measured {what}", "interval": (low, high)}
+    lo, hi = claim.paper_range
+    lo, hi = lo - claim.band.value, hi + claim.band.value
+    lower_better = claim.better == "lower"
+    if lo <= low and high <= hi:
+        word, where = "reproduced", "inside"
+    elif high < lo or low > hi:
+        better = (high < lo) == lower_better
+        word = "exceeded" if better else "fell short"
+        where = f"beyond, on the {'better' if better else 'worse'} side of,"
+    else:
+        word, where = "inconclusive", "across the edge of"
+    band = f"[{lo:.4g}, {hi:.4g}]"
+    reason = f"{what} {where} the band {band}; {claim.better} is better"
+    return {"verdict": word, "reason": reason, "interval": (low, high)}
+
+
+def _interval_kind(samples: Samples) -> str:
+    if len(set(samples.settings)) > 1:
+        return f"range over {len(set(samples.settings))} settings"
+    return f"95% interval of the mean of {len(samples.values)} seeds"
+
+
+def _too_short(claim: Claim, samples: Samples) -> str:
+    """Why the quality runs are too short to judge, or '' when the baseline's loss has flattened."""
+    if claim.plateau is None:
+        return ""
+    base = samples.rows[samples.rows["method"] == claim.metric["baseline"]]
+    changes = base["val_change_last_fifth"].astype(float)
+    if changes.isna().any():
+        return "runs too short: the baseline has no evaluation in the last fifth of its steps to show a plateau"
+    worst = float(changes.max())
+    if worst > claim.plateau.value:
+        return (
+            f"runs too short: the baseline's validation loss still changed by {worst:.1%} over the last fifth of its "
+            f"steps; the claim needs less than {claim.plateau.value:.1%} ({claim.plateau.source})"
+        )
+    return ""
+
+
+def _welch(a: np.ndarray, b: np.ndarray, alternative: str) -> float:
+    return float(stats.ttest_ind(a, b, equal_var=False, alternative=alternative).pvalue)
+
+
+def _judge_quality(claim: Claim, samples: Samples) -> dict[str, Any]:
+    """Values oriented so that lower is better; d = method - baseline, margin m.
+
+    Non-inferiority: d < m shown at ALPHA is reproduced, d > m shown is fell short. Equivalence (two one-sided
+    tests): -m < d < m shown is reproduced, d < -m shown is exceeded, d > m shown is fell short."""
+    sign = 1.0 if claim.better == "lower" else -1.0
+    mine, theirs, m = sign * samples.values, sign * samples.baseline, claim.margin.value
+    gap = float(np.mean(samples.values) - np.mean(samples.baseline))
+    words = (
+        f"{claim.metric['field']} {np.mean(samples.values):.4g} against {np.mean(samples.baseline):.4g} "
+        f"(difference {gap:+.4g}, {claim.better} is better; {claim.test} margin {claim.margin})"
+    )
+    if np.ptp(mine) == 0 and np.ptp(theirs) == 0:
+        return {"verdict": "inconclusive", "reason": f"{words}; every seed gives the same value, no test applies"}
+    better = _welch(mine + m, theirs, "less")  # d < -m
+    worse = _welch(mine - m, theirs, "greater")  # d > m
+    if claim.test == "non-inferiority":
+        ok = _welch(mine - m, theirs, "less")
+        tests = {"reproduced": ok, "fell short": worse}
+    else:
+        ok = max(_welch(mine + m, theirs, "greater"), _welch(mine - m, theirs, "less"))
+        tests = {"reproduced": ok, "exceeded": better, "fell short": worse}
+    for word, p in tests.items():
+        if p < ALPHA:
+            return {"verdict": word, "reason": f"{words}; Welch p = {p:.3g} < {ALPHA}", "p": p}
+    return {"verdict": "inconclusive", "reason": f"{words}; noise too large (Welch p = {ok:.3g} >= {ALPHA})", "p": ok}
+
+
+def _band_text(claim: Claim) -> str:
+    if claim.kind == "quality":
+        return f"{claim.test} test, margin {claim.margin}, {claim.seeds_needed}+ seeds per arm, Welch at {ALPHA}"
+    if claim.band is None or claim.paper_range is None:
+        return "no paper value"
+    lo, hi = claim.paper_range
+    value = f"{lo:g}" if lo == hi else f"[{lo:g}, {hi:g}]"
+    return f"{value} ± {claim.band}"
+
+
+def _hardware(rows: pd.DataFrame) -> str:
+    return ", ".join(sorted({d if n == d else f"{d} ({n})" for d, n in zip(rows["device"], rows["device_name"])}))
+
+
+def _scale(rows: pd.DataFrame) -> str:
+    models = ", ".join(sorted({f"{m} ({p:,} params)" for m, p in zip(rows["model"], rows["params"])}))
+    worlds = "/".join(str(w) for w in sorted(set(rows["world_size"])))
+    return f"{models}; world size {worlds}; up to {int(rows['tokens'].max()):,} tokens per run"
+
+
+def judge_all(claims: list[Claim], records: list[dict]) -> list[tuple[Claim, Verdict]]:
+    """Every claim's verdict from the records of its reproduction (the report and `suite verdicts` share it)."""
+    df = claim_frame(records)
+    return [(claim, evaluate(claim, df)) for claim in claims]
+
+
+def verdict_rows(records: list[dict]) -> list[dict[str, Any]]:
+    """One row per claim of every reproduction the records belong to: verdict, value, band, evidence, runs."""
+    from suite.claims import claims_for
+
+    by_reproduction: dict[str, list[dict]] = {}
+    for record in records:
+        by_reproduction.setdefault(record.get("reproduction") or "", []).append(record)
+    rows = []
+    for name in sorted(by_reproduction):
+        for claim, verdict in judge_all(claims_for(name), by_reproduction[name]):
+            rows.append(
+                {
+                    "reproduction": name,
+                    "claim": claim.id,
+                    "statement": claim.statement,
+                    "paper_value": claim.paper_value,
+                    "unit": claim.unit,
+                    "better": claim.better,
+                    **verdict.as_dict(),
+                }
+            )
+    return rows
+
+
+def verdict_table(rows: list[dict[str, Any]]) -> str:
+    """The rows as a plain-text table for a terminal: claim, verdict, value, band, evidence, runs."""
+    head = ("claim", "verdict", "value", "band or test", "evidence", "runs")
+    body = [
+        (
+            r["claim"],
+            r["verdict"],
+            "" if r["measured"] is None else f"{r['measured']:.4g}",
+            r["band"],
+            r["provenance"] or "",
+            str(len(r["run_ids"])),
+        )
+        for r in rows
+    ]
+    widths = [min(max(len(line[i]) for line in (head, *body)), 60) for i in range(len(head))]
+    return "\n".join("  ".join(cell[:60].ljust(w) for cell, w in zip(line, widths)).rstrip() for line in (head, *body))
