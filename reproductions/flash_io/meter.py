@@ -44,7 +44,7 @@ def _counted(q_shape: tuple, k_shape: tuple, causal: bool) -> dict:
     heads = 1
     for size in lead:
         heads *= size
-    call: dict[str, Any] = {"heads": heads, "n": n, "n_kv": k_shape[-2], "d": d, "causal": causal}
+    call: dict[str, Any] = {"batch_heads": heads, "n": n, "n_kv": k_shape[-2], "d": d, "causal": causal}
     if k_shape[-2] != n:
         call["uncounted"] = "count_io covers self-attention only (N_q = N_kv)"
         return call

@@ -1,0 +1,156 @@
+"""flash-io's microbenchmark items, IO meter, plan, Nsight Compute wrapper and bench pair."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import sdpa_kernel
+
+from reproductions.flash_io import REPRODUCTION, count_io, ncu
+from reproductions.flash_io.count import A100_M
+from reproductions.flash_io.meter import SECTION, AttentionIoMeter, _Calls
+from reproductions.flash_io.micro import (
+    BACKENDS,
+    attention_flops,
+    available_backends,
+    dram_bytes,
+    io,
+    matmul,
+    profiled,
+    sdpa,
+)
+from suite.config import RunConfig
+from suite.meters.flops import FlopMeter
+from suite.micro import Microbench, micro_record
+from suite.models import build_model
+from suite.plans import load_plan
+
+
+def _counted(backend, causal, backward, shape=(2, 3, 48, 16)):
+    q, k, v = (torch.randn(shape, requires_grad=True) for _ in range(3))
+    with FlopMeter() as meter, sdpa_kernel(BACKENDS[backend]):
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        if backward:
+            out.sum().backward()
+    return meter
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_flop_formula_against_flop_counter(causal):
+    batch, heads, n, d = 2, 3, 48, 16
+    full = attention_flops(batch, heads, n, d, causal=False, backward=False)
+    assert full == 4 * batch * n * n * heads * d
+    flash = _counted("flash", causal, backward=True)
+    # FlopCounterMode counts every score, masked or not; the formula halves a causal forward
+    assert flash.forward_flops == full
+    assert attention_flops(batch, heads, n, d, causal=causal, backward=False) == full // (2 if causal else 1)
+    # the flash backward recomputes S: 2.5x forward, the formula's factor, in FlopCounterMode's own count
+    assert flash.backward_flops == attention_flops(batch, heads, n, d, causal=False, backward=True) - full
+    # the math backend keeps P from the forward: its backward is 2x forward, without the recomputation
+    assert _counted("math", causal, backward=True).backward_flops == 2 * full
+
+
+def test_cpu_backends_and_sdpa_item_record():
+    assert available_backends("cpu")[:2] == ["math", "flash"]
+    with pytest.raises(ValueError, match="unknown SDPA backend 'fast'; choose one of: math, flash"):
+        sdpa(torch.device("cpu"), "fast", 8, 4, 1, 1)
+    item = Microbench(
+        "sdpa-t",
+        "reproductions.flash_io.micro:sdpa",
+        [dict(backend=b, n=n, d=16, batch=1, heads=2, backward=True) for b in ("math", "flash") for n in (64, 256)],
+        repeat=2,
+    )
+    rows = micro_record(item, "flash-io", "test", "/tmp")["micro"]["rows"]
+    for row in rows:
+        # causal (the item's default): the formula halves the forward, FlopCounterMode does not; math's
+        # backward is 2x forward (no recomputation), so its total is 3 / 3.5 of flash's
+        assert row["time_s_median"] > 0 and row["peak_bytes"] > 0
+        assert row["flops"] == 2 * row["extra"]["formula_flops"] * (1 if row["shape"]["backend"] == "flash" else 6 / 7)
+    peak = {(r["shape"]["backend"], r["shape"]["n"]): r["peak_bytes"] for r in rows}
+    # the math backend materialises N x N scores: 4x the sequence, far more than 4x the memory
+    assert peak["math", 256] / peak["math", 64] > 2 * peak["flash", 256] / peak["flash", 64]
+
+
+def test_io_item_executes_and_agrees_with_closed_form():
+    out = io(torch.device("cpu"), 64, 8, 128, causal=True, heads=3)()
+    assert (
+        out["tiled_executed_elements"] == out["tiled_elements"] == count_io(64, 8, 128, algorithm="tiled", causal=True)
+    )
+    assert out["standard_executed_elements"] == out["standard_elements"]
+    assert out["tiled_bytes_all_heads"] == 3 * 2 * out["tiled_elements"]
+    assert 0 < out["sram_peak_elements"]
+    big = io(torch.device("cpu"), 16384, 64, 64)()  # 16,384 x 16,384 tiles: closed form only
+    assert big["tiled_executed_elements"] is None and big["tiled_elements"] > big["standard_elements"]
+    assert matmul(torch.device("cpu"), 8)()["formula_flops"] == 2 * 8**3
+
+
+def test_meter_sees_every_attention_call_of_a_step():
+    cfg = RunConfig(method="sdpa-flash", seq_len=64, micro_batch=2)
+    assert AttentionIoMeter.applies(cfg) and not AttentionIoMeter.applies(RunConfig(method="ddp"))
+    model = build_model("llama-tiny")
+    calls = []
+    with _Calls(calls):
+        model(torch.randint(0, 256, (2, 64))).sum().backward()
+    assert len(calls) == model.cfg.n_layers
+    heads, d = 2 * model.cfg.n_heads, model.cfg.head_dim
+    assert calls[0]["batch_heads"] == heads and calls[0]["causal"] and calls[0]["d"] == d
+    m = 64 * d  # N d is below the A100's SRAM: counted at the top of Theorem 2's range
+    assert calls[0]["sram_elements"] == m < A100_M
+    assert calls[0]["tiled_elements"] == heads * count_io(64, d, m, algorithm="tiled", causal=True)
+    record = {}
+    AttentionIoMeter.section({0: calls}, record, {0: 1})
+    section = record[SECTION]
+    assert section["standard_bytes"] == 2 * sum(c["standard_elements"] for c in calls)
+    assert section["ratio_standard_to_tiled"] == section["standard_bytes"] / section["tiled_bytes"]
+
+
+def test_smoke_plan_resolves_and_gpu_preset_needs_cuda():
+    plan = load_plan("flash-io", "smoke")
+    assert {r.method for r in plan.runs} == {"sdpa-math", "sdpa-flash"}
+    assert all(r.command.startswith("python -m suite run sdpa-") and r.reproduction == "flash-io" for r in plan.runs)
+    names = [item.name for item in plan.micro]
+    assert {"io-n", "io-d", "io-m", "io-gpt2", "sdpa-n", "sdpa-gpt2", "matmul"} <= set(names)
+    gpt2 = next(i for i in plan.micro if i.name == "io-gpt2").shapes
+    assert {(s["n"], s["d"], s["m"], s["heads"]) for s in gpt2} == {(1024, 64, A100_M, 1024)}
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="needs a CUDA device; use --preset smoke"):
+            load_plan("flash-io", "gpu")
+
+
+def test_gpu_items_dry_run_on_cpu(monkeypatch, tmp_path):
+    shape = dict(backend="flash", n=32, d=8, batch=1, heads=2, causal=True, dtype="float32")
+    out = profiled(torch.device("cpu"), **shape)()
+    assert out["kernel_time_s"] > 0 and out["kernels"] == "cpu ops"
+    monkeypatch.setenv("PATH", str(tmp_path))  # no ncu here
+    assert dram_bytes(torch.device("cpu"), **shape)()["ncu"] == "not installed"
+
+
+def test_ncu_command_runs_the_kernel_and_its_csv_is_summed():
+    cmd = ncu.command(backend="flash", n=32, d=8, batch=1, heads=2, causal=True, dtype="float32")
+    assert cmd[:3] == ["ncu", "--metrics", "dram__bytes_read.sum,dram__bytes_write.sum"]
+    assert "--nvtx-include" in cmd and "attention/" in cmd
+    kernel = cmd[cmd.index(sys.executable) :] + ["--device=cpu"]
+    assert subprocess.run(kernel, capture_output=True, check=False).returncode == 0
+    text = "\n".join(
+        [
+            "==PROF== Connected to process 1",
+            '"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"',
+            '"0","flash_fwd","dram__bytes_read.sum","byte","1,000"',
+            '"0","flash_fwd","dram__bytes_write.sum","byte","200"',
+            '"1","flash_bwd","dram__bytes_read.sum","byte","3000"',
+            '"1","flash_bwd","dram__bytes_write.sum","byte","400.5"',
+        ]
+    )
+    assert ncu.parse(text) == {"dram_bytes_read": 4000.0, "dram_bytes_write": 600.5, "kernels": 2}
+    with pytest.raises(ValueError, match="no CSV table"):
+        ncu.parse("==ERR== permission denied")
+
+
+def test_pair_names_declared_methods():
+    (pair,) = REPRODUCTION.pairs
+    assert (pair.method.method, pair.baseline.method) == ("sdpa-flash", "sdpa-math")
+    assert pair.method.run_config(Path("/tmp")).seq_len == 1024
+    assert {m.name for m in REPRODUCTION.methods} == {"sdpa-flash", "sdpa-math"}
