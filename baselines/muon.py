@@ -62,7 +62,7 @@ def adjusted_lr(lr: float, shape: tuple[int, int], adjust_lr: str) -> float:
 
 def as_matrix(t: torch.Tensor) -> torch.Tensor:
     """A weight as the matrix the optimizer sees: rows = dim 0, the remaining dims flattened (convolutions)."""
-    return t.reshape(t.shape[0], -1)
+    return t.reshape(t.shape[0], math.prod(t.shape[1:]))  # -1 is ambiguous for an empty shard
 
 
 def local(t: torch.Tensor) -> torch.Tensor:
