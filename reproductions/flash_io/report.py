@@ -1,0 +1,254 @@
+"""flash-io's own page: accesses and memory against N (log-log, fitted slopes), Theorem 2's constants,
+Proposition 3's bound, and the GPT-2 medium numbers beside the paper's, from the plan's microbenchmark records.
+
+The generic report (suite/report) shows run records, not the rows of microbenchmark records, so this page is
+written beside it: `python -m reproductions.flash_io.report RESULTS -o reports/flash-io` writes io.html and
+io-summary.json there (suite/report's own files are left alone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import io
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from suite.records import load_records  # noqa: E402
+
+# arXiv 2205.14135 v2, Figure 2 (left): GPT-2 medium attention, forward + backward, A100 (CLAIMS.md section 4;
+# an earlier version of the figure shows other numbers, so the version is part of the source)
+PAPER = {
+    "source": "arXiv 2205.14135 v2, Figure 2: GPT-2 medium (seq 1024, head dim 64, 16 heads, batch 64), A100",
+    "standard_gb": 40.3,
+    "tiled_gb": 4.4,
+    "standard_ms": 41.7,
+    "tiled_ms": 7.3,
+}
+
+
+CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+
+
+def micro_rows(records: list[dict], item: str) -> pd.DataFrame:
+    """The rows of the newest record of microbenchmark `item`: shape fields, measurements and counts."""
+    found = sorted(
+        (r for r in records if r.get("kind") == "microbenchmark" and r["method"] == item), key=lambda r: r["created"]
+    )
+    if not found:
+        return pd.DataFrame()
+    record = found[-1]
+    rows = [
+        {
+            **row["shape"],
+            **row["extra"],
+            "time_s": row["time_s_median"],
+            "peak_bytes": row["peak_bytes"],
+            "flops": row["flops"],
+            "device_name": record["env"]["device_name"],
+        }
+        for row in record["micro"]["rows"]
+    ]
+    return pd.DataFrame(rows)
+
+
+def slope(x: pd.Series, y: pd.Series) -> float:
+    """The least-squares slope of log y against log x."""
+    return float(np.polyfit(np.log(x.astype(float)), np.log(y.astype(float)), 1)[0])
+
+
+def theorem2_constants(df: pd.DataFrame) -> dict:
+    """Least-squares constants: standard = a N d + b N^2; tiled = a N^2 d^2 / M + b N d (no mask)."""
+    n, d, m = (df[k].astype(float) for k in ("n", "d", "m"))
+    out = {}
+    for algorithm, terms in (("standard", (n * d, n * n)), ("tiled", (n * n * d * d / m, n * d))):
+        design = np.column_stack(terms)
+        y = df[f"{algorithm}_elements"].astype(float).to_numpy()
+        (a, b), *_ = np.linalg.lstsq(design, y, rcond=None)
+        out[algorithm] = {
+            "a": float(a),
+            "b": float(b),
+            "max_rel_residual": float(np.max(np.abs(design @ (a, b) - y) / y)),
+        }
+    return out
+
+
+def summarize(records: list[dict]) -> dict:
+    io_n, io_d, io_m, gpt2 = (micro_rows(records, f"io-{k}") for k in ("n", "d", "m", "gpt2"))
+    summary: dict = {"paper": PAPER}
+    if not io_n.empty:
+        plain = io_n[~io_n["causal"]]
+        summary["slopes_n"] = {a: slope(plain["n"], plain[f"{a}_elements"]) for a in ("tiled", "standard")}
+        summary["executed_equals_closed_form"] = bool(
+            all(
+                (
+                    df[f"{a}_executed_elements"].dropna()
+                    == df.loc[df[f"{a}_executed_elements"].notna(), f"{a}_elements"]
+                ).all()
+                for df in (io_n, io_d, io_m, gpt2)
+                if not df.empty
+                for a in ("tiled", "standard")
+            )
+        )
+    if not io_d.empty:
+        summary["slopes_d"] = {a: slope(io_d["d"], io_d[f"{a}_elements"]) for a in ("tiled", "standard")}
+    if not io_m.empty:
+        summary["slope_m_tiled"] = slope(io_m["m"], io_m["tiled_elements"])
+        sweep = pd.concat([io_n[~io_n["causal"]], io_d, io_m])
+        summary["theorem2"] = theorem2_constants(sweep)
+        bound = sweep["n"] * sweep["n"] * sweep["d"] ** 2 / sweep["m"]
+        summary["proposition3"] = {
+            "min_tiled_over_n2d2_m": float((sweep["tiled_elements"] / bound).min()),
+            "max_tiled_over_n2d2_m": float((sweep["tiled_elements"] / bound).max()),
+            "min_tiled_over_4nd": float((sweep["tiled_elements"] / (4 * sweep["n"] * sweep["d"])).min()),
+        }
+    if not gpt2.empty:
+        summary["gpt2"] = [
+            {
+                "causal": bool(r.causal),
+                "m": int(r.m),
+                "standard_gb": r.standard_bytes_all_heads / 1e9,
+                "tiled_gb": r.tiled_bytes_all_heads / 1e9,
+                "ratio": r.standard_bytes_all_heads / r.tiled_bytes_all_heads,
+                "executed": r.tiled_executed_elements == r.tiled_elements,
+            }
+            for r in gpt2.itertuples()
+        ]
+    summary.update(_measured(records))
+    return summary
+
+
+def _measured(records: list[dict]) -> dict:
+    out = {}
+    sdpa_n, gpt2 = micro_rows(records, "sdpa-n"), micro_rows(records, "sdpa-gpt2")
+    if not sdpa_n.empty:
+        out["memory_slopes_n"] = {
+            f"{b}{'+backward' if bw else ''}": slope(g["n"], g["peak_bytes"])
+            for (b, bw), g in sdpa_n.groupby(["backend", "backward"])
+        }
+        out["time_slopes_n"] = {
+            f"{b}{'+backward' if bw else ''}": slope(g["n"], g["time_s"])
+            for (b, bw), g in sdpa_n.groupby(["backend", "backward"])
+        }
+    if not gpt2.empty and {"math", "flash"} <= set(gpt2["backend"]):
+        t = gpt2.set_index("backend")
+        out["runtime_gpt2"] = {
+            "math_s": float(t.loc["math", "time_s"]),
+            "flash_s": float(t.loc["flash", "time_s"]),
+            "ratio": float(t.loc["math", "time_s"] / t.loc["flash", "time_s"]),
+            "batch": int(t.loc["math", "batch"]),
+            "peak_bytes_math": int(t.loc["math", "peak_bytes"]),
+            "peak_bytes_flash": int(t.loc["flash", "peak_bytes"]),
+            "device_name": str(t.loc["math", "device_name"]),
+        }
+    return out
+
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def _loglog(ax, x, y, label: str, **style) -> None:
+    ax.loglog(x, y, marker="o", label=f"{label} (slope {slope(pd.Series(x), pd.Series(y)):.2f})", **style)
+
+
+def figures(records: list[dict]) -> dict[str, str]:
+    """Titles to base64 PNGs."""
+    out = {}
+    io_n, io_m, sdpa_n = micro_rows(records, "io-n"), micro_rows(records, "io-m"), micro_rows(records, "sdpa-n")
+    if not io_n.empty:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for causal, g in io_n.groupby("causal"):
+            tag = "causal" if causal else "no mask"
+            _loglog(ax, g["n"], g["standard_elements"], f"standard, {tag}", ls="--" if causal else "-", color="C3")
+            _loglog(ax, g["n"], g["tiled_elements"], f"tiled, {tag}", ls="--" if causal else "-", color="C0")
+        ax.set(
+            xlabel="sequence length N",
+            ylabel="HBM accesses (elements, fwd+bwd, one head)",
+            title=f"Accesses against N (d {int(io_n['d'][0])}, M {int(io_n['m'][0])})",
+        )
+        ax.legend(fontsize=7)
+        out["HBM accesses against N (counted by the instrumented algorithms)"] = _png(fig)
+    if not io_m.empty:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        _loglog(ax, io_m["m"], io_m["tiled_elements"], "tiled", color="C0")
+        ax.loglog(io_m["m"], io_m["standard_elements"], color="C3", label="standard (M plays no part)")
+        bound = io_m["n"] * io_m["n"] * io_m["d"] ** 2 / io_m["m"]
+        ax.loglog(io_m["m"], bound, color="k", ls=":", label="N^2 d^2 / M (Proposition 3's order, constant 1)")
+        ax.loglog(io_m["m"], 4 * io_m["n"] * io_m["d"], color="grey", ls=":", label="4 N d (read Q, K, V, write O)")
+        ax.set(
+            xlabel="SRAM size M (elements)", ylabel="HBM accesses (elements)", title="Accesses against M, from d to N d"
+        )
+        ax.legend(fontsize=7)
+        out["HBM accesses against SRAM size M, with the lower bound"] = _png(fig)
+    if not sdpa_n.empty:
+        bh = int(sdpa_n["batch"][0] * sdpa_n["heads"][0])
+        for field, label in (("peak_bytes", "peak memory (bytes, MemTracker)"), ("time_s", "time (s, median)")):
+            fig, ax = plt.subplots(figsize=(6, 4))
+            for (backend, backward), g in sdpa_n.groupby(["backend", "backward"]):
+                _loglog(
+                    ax,
+                    g["n"],
+                    g[field],
+                    f"{backend} {'fwd+bwd' if backward else 'fwd'}",
+                    ls="-" if backward else "--",
+                    color="C3" if backend == "math" else "C0",
+                )
+            ax.set(
+                xlabel="sequence length N",
+                ylabel=label,
+                title=f"SDPA on {sdpa_n['device_name'][0]}: batch x heads {bh}, d 64",
+            )
+            ax.legend(fontsize=7)
+            out[f"Measured {label.split(' (')[0]} against N"] = _png(fig)
+    return out
+
+
+def write(results_dir: str | Path, out_dir: str | Path) -> Path:
+    records, _ = load_records(results_dir)
+    summary = summarize(records)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "io-summary.json").write_text(json.dumps(summary, indent=1, default=float) + "\n")
+    figs = "".join(
+        f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' src='data:image/png;base64,{png}'>"
+        for title, png in figures(records).items()
+    )
+    page = (
+        "<!doctype html><meta charset='utf-8'><title>flash-io: IO counts and SDPA measurements</title>"
+        f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">"
+        "<style>body{font-family:sans-serif;max-width:60em;margin:auto}pre{background:#f4f4f4;padding:1em}</style>"
+        "<h1>flash-io: HBM accesses counted, SDPA backends measured</h1>"
+        f"<p>From the records in {html.escape(str(results_dir))}. Counts are of the instrumented algorithms "
+        "(reproductions/flash_io), not GPU measurements; times and memory are measured on the CPU named in each "
+        "figure.</p>"
+        f"<h2>Fits and comparisons</h2><pre>{html.escape(json.dumps(summary, indent=1, default=float))}</pre>{figs}"
+    )
+    (out / "io.html").write_text(page, encoding="utf-8")
+    return out / "io.html"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("results", help="the folder with flash-io's records")
+    p.add_argument("-o", "--output", default="reports/flash-io")
+    args = p.parse_args(argv)
+    if not Path(args.results).is_dir():
+        p.error(f"no results folder {args.results!r}; give the folder that holds flash-io's records")
+    print(write(args.results, args.output))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
