@@ -29,9 +29,9 @@ def ring_bytes(method: str, p: int, b: int, n: int, g: int | None = None, s: int
         return {INTRA: 0.0, INTER: _gather_scatter(b, p, n)}
     if method == "hsdp":
         return {INTRA: _gather_scatter(b, p, s), INTER: _all_reduce(b, p, s, n // s)}
+    if method not in ("fl-fsdp", "fl-hsdp"):
+        raise ValueError(f"no ring formula for {method!r}; one of fsdp, hsdp, fl-fsdp, fl-hsdp")
     k = n // g
     if method == "fl-fsdp":
         return {INTRA: _gather_scatter(b, p, g), INTER: _all_reduce(b, p, g, k) / f}
-    if method == "fl-hsdp":
-        return {INTRA: _gather_scatter(b, p, s) + _all_reduce(b, p, s, g // s), INTER: _all_reduce(b, p, s, k) / f}
-    raise ValueError(f"no ring formula for {method!r}; one of fsdp, hsdp, fl-fsdp, fl-hsdp")
+    return {INTRA: _gather_scatter(b, p, s) + _all_reduce(b, p, s, g // s), INTER: _all_reduce(b, p, s, k) / f}

@@ -12,7 +12,7 @@ Methods (all take `--set F=... G=...`; the period F is also the ledger's and the
 - diloco: outer Nesterov SGD (outer_lr 0.7, outer_momentum 0.9) on the pseudo-gradient every F = H steps;
   inner DDP (default, G = 1) or FSDP (`inner=fsdp`).
 - local-sgd: FedAvg of groups of G (default 1) ranks with DDP (or FSDP) inside.
-Any of them takes `outer=none|sgd|nesterov`, `average_moments`, `data=split|whole`, `check=true`.
+Any of them takes `outer=none|sgd|nesterov`, `average_moments`, `data_split=split|whole`, `check=true`.
 
 Data: `split` (the paper's runs) gives every rank its own rows of the global batch; `whole` gives each
 group the whole set: rank i of every group reads the same rows, as a per-group sampler with one seed would,
@@ -48,7 +48,7 @@ def _whole(name: str, low: int, what: str) -> Callable[[object], int]:
         try:
             x = float(str(value))
         except ValueError:
-            x = low - 1
+            x = float(low - 1)
         n = int(x) if x.is_integer() else low - 1
         if n < low:
             raise ValueError(f"{name} ({what}) must be a whole number >= {low}, got {value!r}; pass --set {name}={low}")
@@ -98,7 +98,7 @@ class Federated(Strategy):
         "outer": _choice("outer", OUTER),
         "outer_lr": _positive("outer_lr"),
         "outer_momentum": _positive("outer_momentum"),
-        "data": _choice("data", SPLITS),
+        "data_split": _choice("data_split", SPLITS),
         "check": _flag,
         "reshard_after_forward": _flag,
     }
@@ -108,7 +108,7 @@ class Federated(Strategy):
         v = self.variant
         v.setdefault("F", 8)
         v.setdefault("outer", self.outer_default)
-        v.setdefault("data", "split")
+        v.setdefault("data_split", "split")
         v.setdefault("average_moments", False)
         if v["outer"] != "none":
             v.setdefault("outer_lr", 0.7)
@@ -208,7 +208,7 @@ class Federated(Strategy):
         return [outer.outer] if outer is not None and outer.outer is not None else []
 
     def data_replica(self, ctx: Context) -> tuple[int, int]:
-        if self.variant["data"] == "whole":
+        if self.variant["data_split"] == "whole":
             return ctx.rank % self.dims.G, self.dims.G
         return ctx.rank, ctx.world_size
 
@@ -237,7 +237,7 @@ class Federated(Strategy):
                 "outer_lr": self.variant.get("outer_lr"),
                 "outer_momentum": self.variant.get("outer_momentum"),
                 "average_moments": self.variant["average_moments"],
-                "data": self.variant["data"],
+                "data_split": self.variant["data_split"],
                 "averaging": "every F steps after the optimizer step: all-reduce (sum) of this rank's flat "
                 "parameter shard over group fed (same place in every group), divided by K",
                 "evaluation": "rank's own group's model (all groups equal right after an aggregation)",
