@@ -12,26 +12,38 @@ from __future__ import annotations
 from reproductions.fl_fsdp.mesh import INTER, INTRA
 
 
-def _gather_scatter(b: int, p: int, n: int) -> float:
-    return 3 * b * p * (n - 1) / n
-
-
-def _all_reduce(b: int, p: int, shard: int, n: int) -> float:
-    return 2 * (b * p / shard) * (n - 1) / n
-
-
-def ring_bytes(method: str, p: int, b: int, n: int, g: int | None = None, s: int | None = None, f: int = 1) -> dict:
+def ring_bytes(
+    method: str,
+    p: int,
+    b: int,
+    n: int,
+    g: int | None = None,
+    s: int | None = None,
+    f: int = 1,
+    b_reduce: int | None = None,
+    b_param: int | None = None,
+) -> dict:
     """{intra-group, inter-group} wire bytes per rank per step for `method` (fsdp, hsdp, fl-fsdp, fl-hsdp).
 
-    hsdp: S = s, R = n / s; fl-fsdp: groups of g; fl-hsdp: groups of g sharded over s.
+    hsdp: S = s, R = n / s; fl-fsdp: groups of g; fl-hsdp: groups of g sharded over s. `b` is the gathered
+    parameters' bytes per element; `b_reduce` the gradients' in reductions, `b_param` the stored parameters'
+    (what the averaging moves): both `b` unless given (FSDP2's bf16 policy gathers 2 and reduces 4 bytes).
     """
+    br, bp = b_reduce or b, b_param or b
+
+    def gather_scatter(n: int) -> float:
+        return (2 * b + br) * p * (n - 1) / n
+
+    def all_reduce(bytes_per: int, shard: int, n: int) -> float:
+        return 2 * (bytes_per * p / shard) * (n - 1) / n
+
     if method == "fsdp":
-        return {INTRA: 0.0, INTER: _gather_scatter(b, p, n)}
+        return {INTRA: 0.0, INTER: gather_scatter(n)}
     if method == "hsdp":
-        return {INTRA: _gather_scatter(b, p, s), INTER: _all_reduce(b, p, s, n // s)}
+        return {INTRA: gather_scatter(s), INTER: all_reduce(br, s, n // s)}
     if method not in ("fl-fsdp", "fl-hsdp"):
         raise ValueError(f"no ring formula for {method!r}; one of fsdp, hsdp, fl-fsdp, fl-hsdp")
     k = n // g
     if method == "fl-fsdp":
-        return {INTRA: _gather_scatter(b, p, g), INTER: _all_reduce(b, p, g, k) / f}
-    return {INTRA: _gather_scatter(b, p, s) + _all_reduce(b, p, s, g // s), INTER: _all_reduce(b, p, s, k) / f}
+        return {INTRA: gather_scatter(g), INTER: all_reduce(bp, g, k) / f}
+    return {INTRA: gather_scatter(s) + all_reduce(br, s, g // s), INTER: all_reduce(bp, s, k) / f}
