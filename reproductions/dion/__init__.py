@@ -5,13 +5,23 @@ README.md here describes the method, the plan and what is not testable on this m
 
 from pathlib import Path
 
+from reproductions.dion.plan import plan
 from reproductions.dion.spec import DION
 from suite.extensions import Reproduction
+from suite.pairs import Config, Pair
+
+_ADAMW = Config("ddp")
 
 REPRODUCTION = Reproduction(
     name="dion",
     description="Dion against Muon and AdamW: optimizer-step time and bytes by rank and world size, loss at equal "
     "tokens",
     optimizers=(DION,),
+    plan=plan,
     claims=Path(__file__).with_name("claims.yaml"),
+    # whole-step tokens/s of llama-tiny at 2 ranks with the matrix optimizer swapped; new pairs, no reference yet
+    pairs=(
+        Pair("dion/adamw", Config("ddp", sets=(("optimizer", "dion"), ("rank_fraction", 0.25))), _ADAMW, 0.15),
+        Pair("muon/adamw", Config("ddp", sets=(("optimizer", "muon"),)), _ADAMW, 0.15),
+    ),
 )
