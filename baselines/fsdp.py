@@ -29,7 +29,12 @@ class FSDP(Strategy):
     """Parameters, gradients and optimizer state sharded over all ranks; blocks re-gathered in backward."""
 
     name = "fsdp"
-    params = {"reshard_after_forward": lambda v: str(v).lower() in ("true", "1")}
+    params = {
+        "reshard_after_forward": lambda v: str(v).lower() in ("true", "1"),
+        # FSDP2 all-gathers the next block during backward by default; off, like a method that cannot prefetch
+        # (SDP+FSDP), so the two compare with one set of wrapper settings
+        "backward_prefetch": lambda v: str(v).lower() in ("true", "1"),
+    }
 
     def make_mesh(self, ctx: Context) -> DeviceMesh:
         return init_device_mesh(ctx.device.type, (ctx.world_size,), mesh_dim_names=("shard",))
@@ -52,6 +57,9 @@ class FSDP(Strategy):
         for block in blocks_of(model):
             fully_shard(block, **kw)
         fully_shard(model, **kw)
+        if not self.variant.get("backward_prefetch", True):
+            for module in (*blocks_of(model), model):
+                module.set_modules_to_backward_prefetch([module])  # itself, already unsharded: no prefetch
         return model.to(ctx.device)
 
     def micro_step(self, model: nn.Module, last: bool) -> AbstractContextManager:
@@ -62,6 +70,7 @@ class FSDP(Strategy):
             "strategy": self.name,
             "mesh": dict(zip(self.mesh.mesh_dim_names, self.mesh.shape)),
             "reshard_after_forward": self.variant.get("reshard_after_forward", True),
+            "backward_prefetch": self.variant.get("backward_prefetch", True),
         }
 
 

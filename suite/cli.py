@@ -386,14 +386,15 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("name", nargs="?", help="a reproduction found in reproductions/ or SUITE_REPRODUCTIONS (--list)")
     rep.add_argument("--list", action="store_true", help="name every reproduction found, with a one-line description")
     rep.add_argument(
-        "--preset", choices=("smoke", "gpu", "paper"), help="default: gpu where CUDA is available, smoke elsewhere"
+        "--preset",
+        help="smoke, gpu, paper, or a preset the plan adds; default: gpu where CUDA is available, smoke elsewhere",
     )
     rep.add_argument("--results", help="folder for the run records (default results/runs/NAME-PRESET)")
     rep.add_argument("--report", help="folder for the HTML report (default reports/NAME)")
     mic = sub.add_parser("micro", help="run one microbenchmark item of a reproduction's plan; prints its record's path")
     mic.add_argument("name", help="a reproduction (`python -m suite reproduce --list`)")
     mic.add_argument("item", help="the item's name in the plan")
-    mic.add_argument("--preset", choices=("smoke", "gpu", "paper"), default="smoke")
+    mic.add_argument("--preset", default="smoke")
     mic.add_argument("--results", default="results/runs", help="folder for the record")
     add_evaluate_command(sub)
     ver = sub.add_parser("verdicts", help="every claim's verdict, value, band, evidence and runs (a table, or --json)")

@@ -15,6 +15,7 @@ from suite.config import RunConfig
 from suite.extensions import get_reproduction
 from suite.micro import Microbench
 
+# Every plan has these; a plan may add named presets of its own (longer CPU work, e.g. sdp's `quality`).
 PRESETS = ("smoke", "gpu", "paper")
 
 
@@ -45,12 +46,15 @@ class Plan:
 
 
 def load_plan(name: str, preset: str) -> Plan:
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
+    """The plan of reproduction `name` at `preset`; ValueError (one line) for an unknown name or preset."""
     rep = get_reproduction(name)
     if rep.plan is None:
         raise ValueError(f"reproduction {name!r} declares no plan")
-    plan = rep.plan(preset)
+    try:
+        plan = rep.plan(preset)
+    except KeyError:
+        known = ", ".join(PRESETS)
+        raise ValueError(f"reproduction {name!r} has no preset {preset!r}; every plan has {known}") from None
     if plan.claims is None:
         plan.claims = rep.claims
     return plan

@@ -20,14 +20,34 @@ def new_run_id(cfg: RunConfig) -> str:
     return f"{cfg.method}-{cfg.model}-n{cfg.nproc}-s{cfg.seed}-{stamp}-{uuid.uuid4().hex[:6]}"
 
 
-def git_sha() -> str | None:
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+def _git(*args: str) -> str | None:
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).resolve().parent
-        )
+        out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=5, cwd=REPOSITORY)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    return out.stdout if out.returncode == 0 else None
+
+
+def git_sha() -> str | None:
+    return (_git("rev-parse", "HEAD") or "").strip() or None
+
+
+def git_dirty() -> bool | None:
+    """Whether tracked files differ from the commit (untracked files do not change what ran); None: no git."""
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return None if status is None else bool(status.strip())
+
+
+def repository_path(path: str | Path) -> str:
+    """`path` relative to the repository when inside it (so a recorded command re-runs from a clone)."""
+    resolved = Path(path).resolve()
+    try:
+        return str(resolved.relative_to(REPOSITORY))
+    except ValueError:
+        return str(path)
 
 
 def device_name(device: torch.device) -> str:
@@ -79,6 +99,7 @@ def new_record(cfg: RunConfig, world_size: int, device: torch.device, backend: s
             "backend": backend,
             "world_size": world_size,
             "git_sha": git_sha(),
+            "git_dirty": git_dirty(),
             "seed": cfg.seed,
             "peak_flops": peak_flops,
             "hostname": socket.gethostname(),

@@ -10,6 +10,7 @@ from suite.config import command_line
 from suite.launch import launch
 from suite.micro import Microbench, micro_record
 from suite.plans import Estimate, Plan
+from suite.recorder import repository_path
 from suite.records import read_record, summary_row, write_record
 
 MB = 1e6
@@ -20,6 +21,7 @@ def run_plan(plan: Plan, results: Path) -> list[dict]:
     records = []
     for i, cfg in enumerate(plan.runs, 1):
         cfg.results = str(results)
+        cfg.command = f"{command_line(cfg)} --results {repository_path(results)}"
         print(f"[{i}/{len(plan.runs)}] {cfg.command}", file=sys.stderr, flush=True)
         path = launch(cfg)
         records.append(read_record(path))
@@ -33,7 +35,8 @@ def run_plan(plan: Plan, results: Path) -> list[dict]:
 
 def run_micro(plan: Plan, item: Microbench, results: Path, progress: str) -> dict:
     """Measure one microbenchmark item of `plan` in this process and write its record into `results`."""
-    command = f"python -m suite micro {plan.name} {item.name} --preset {plan.preset} --results {results}"
+    where = repository_path(results)
+    command = f"python -m suite micro {plan.name} {item.name} --preset {plan.preset} --results {where}"
     print(f"[{progress}] {command}", file=sys.stderr, flush=True)
     record = micro_record(item, plan.name, command, str(results))
     print(write_record(record, results / f"{record['run_id']}.json"), file=sys.stderr, flush=True)
@@ -45,7 +48,9 @@ def run_estimate(est: Estimate, results: Path, progress: str) -> list[dict]:
     from suite.estimate import estimate
     from suite.sim import get_topology, project, simulated_record
 
-    command = f"{command_line(est.cfg, 'estimate')} --gpus-per-node {est.gpus_per_node} --results {results}"
+    command = (
+        f"{command_line(est.cfg, 'estimate')} --gpus-per-node {est.gpus_per_node} --results {repository_path(results)}"
+    )
     print(f"[{progress}] {command}", file=sys.stderr, flush=True)
     record = estimate(dataclasses.replace(est.cfg, results=str(results), command=command), est.gpus_per_node)
     path = write_record(record, results / f"{record['run_id']}.json")
@@ -55,7 +60,8 @@ def run_estimate(est: Estimate, results: Path, progress: str) -> list[dict]:
         sim = simulated_record(
             record,
             project(record, get_topology(name), mfu=est.mfu),
-            f"python -m suite simulate {path} --topology {name} --mfu {est.mfu} --write {results}",
+            f"python -m suite simulate {repository_path(path)} --topology {name} --mfu {est.mfu} "
+            f"--write {repository_path(results)}",
         )
         print(write_record(sim, results / f"{sim['run_id']}.json"), file=sys.stderr, flush=True)
         out.append(sim)

@@ -34,7 +34,7 @@ VERDICTS = ("reproduced", "exceeded", "fell short", "inconclusive", "not testabl
 # The order in which measured evidence is preferred; estimates come after, and only where a claim allows them.
 EVIDENCE = ("measured (gpu)", "measured (cpu)", "estimated", "simulated")
 # Settings two arms must share to be compared (a sweep over them is a calibration, never pooled as seeds).
-SETTING_KEYS = ("seq_len", "micro_batch", "grad_accum", "precision")
+SETTING_KEYS = ("model", "seq_len", "micro_batch", "grad_accum", "precision")
 # What suite/sim projects: time. Its records copy the estimate's memory and bytes, which are no projection.
 PROJECTED_FIELDS = ("wall_s", "tokens_per_s")
 
@@ -105,10 +105,11 @@ def metric(name: str) -> Callable:
     return register
 
 
-def _arm(df: pd.DataFrame, method: str, variant: dict | None, model: str | None) -> pd.DataFrame:
+def _arm(df: pd.DataFrame, method: str, variant: dict | None, model: str | list[str] | None) -> pd.DataFrame:
+    """The runs of one arm; `model` is one model or the list of scales a card applies to."""
     rows = df[df["method"] == method]
     if model is not None:
-        rows = rows[rows["model"] == model]
+        rows = rows[rows["model"].isin([model] if isinstance(model, str) else model)]
     if variant:
         rows = rows[rows["variant"].map(lambda v: _variant_matches(v, variant)).astype(bool)]
     return rows
@@ -145,7 +146,7 @@ def ratio(
     baseline: str,
     variant: dict | None = None,
     baseline_variant: dict | None = None,
-    model: str | None = None,
+    model: str | list[str] | None = None,
 ) -> Samples:
     """method / baseline of `field`, paired by seed and setting (a seed fixes initialisation and data order)."""
     mine = _arm(df, method, variant, model)
@@ -158,7 +159,9 @@ def ratio(
 
 
 @metric("value")
-def value(df: pd.DataFrame, field: str, method: str, variant: dict | None = None, model: str | None = None) -> Samples:
+def value(
+    df: pd.DataFrame, field: str, method: str, variant: dict | None = None, model: str | list[str] | None = None
+) -> Samples:
     """`field` of one arm, per seed."""
     rows = _arm(df, method, variant, model)
     a = _per_seed(rows, field)
@@ -173,7 +176,7 @@ def quality(
     baseline: str,
     variant: dict | None = None,
     baseline_variant: dict | None = None,
-    model: str | None = None,
+    model: str | list[str] | None = None,
 ) -> Samples:
     """`field` of the method's seeds and of the baseline's seeds, unpaired (compared by Welch's tests)."""
     mine = _arm(df, method, variant, model)
@@ -246,6 +249,7 @@ def setting_of(record: dict) -> str:
     settings = record.get("settings") or {}
     parallel = record["parallel"]
     values = {
+        "model": record["model"]["name"],
         "seq_len": settings.get("seq_len"),
         "micro_batch": settings.get("micro_batch", parallel.get("micro_batch")),
         "grad_accum": settings.get("grad_accum", parallel.get("grad_accum")),

@@ -9,7 +9,7 @@ import shlex
 import pytest
 
 from suite.cli import config_from_args, parser
-from suite.config import RunConfig
+from suite.config import RunConfig, command_line
 from suite.extensions import reproductions
 from suite.plans import Estimate, load_plan
 from suite.records import read_record, validate
@@ -21,7 +21,7 @@ A100 = "4xA100-nvlink-4x200gbIB"
 @pytest.mark.parametrize("name", sorted(reproductions()))
 def test_smoke_commands_give_back_their_runs(name):
     for cfg in load_plan(name, "smoke").runs:
-        argv = shlex.split(cfg.command)[3:]
+        argv = shlex.split(command_line(cfg))[3:]
         back = config_from_args(parser().parse_args(argv), argv)
         assert dataclasses.replace(back, command="", results=cfg.results) == dataclasses.replace(cfg, command="")
 

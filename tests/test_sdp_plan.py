@@ -1,0 +1,121 @@
+"""SDP's plan gives its cards what they need: every arm a card reads exists in the preset that judges it,
+vision arms average over at least two holders, the FLOP budget is measured, and the quality preset runs long
+enough with one schedule for every arm (issue 12)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+
+import pandas as pd
+import pytest
+import torch
+
+from reproductions.sdp.masks import assign
+from reproductions.sdp.method import count_blocks
+from suite.claims import claims_for
+from suite.config import RunConfig
+from suite.meters.flops import FlopMeter
+from suite.models import build_model
+from suite.verdicts import _arm
+
+sdp_plan = importlib.import_module("reproductions.sdp.plan")  # the package exports its plan function as `plan`
+
+
+def _frame(runs: list[RunConfig]) -> pd.DataFrame:
+    """The rows a card selects on, one per planned run (what the records of these runs will hold)."""
+    rows = []
+    for cfg in runs:
+        protocol = "flops" if cfg.flops else "tokens"
+        variant = {**cfg.variant, "ac": cfg.ac, "precision": cfg.precision}
+        if cfg.method == "b-sdp":
+            variant = {"aggregation": "groups", "fsdp": "none", **variant}
+        rows.append({"method": cfg.method, "model": cfg.model, "variant": json.dumps(variant), "protocol": protocol})
+    return pd.DataFrame(rows)
+
+
+def _missing_arms(claims, df: pd.DataFrame) -> list[str]:
+    missing = []
+    for c in claims:
+        m = c.metric
+        for method, variant, protocol in (
+            (m["method"], m.get("variant"), c.protocol),
+            (m.get("baseline"), m.get("baseline_variant"), c.baseline_protocol or c.protocol),
+        ):
+            if method is None:
+                continue
+            rows = _arm(df, method, variant, m.get("model"))
+            if protocol:
+                rows = rows[rows["protocol"] == protocol]
+            if rows.empty:
+                missing.append(f"{c.id}: {method} {variant or ''} {protocol or ''}")
+    return missing
+
+
+def test_every_card_without_hardware_needs_finds_its_arms_in_the_smoke_preset():
+    cards = [c for c in claims_for("sdp") if not c.requires and "estimated" not in c.evidence]
+    assert not _missing_arms(cards, _frame(sdp_plan.plan("smoke").runs))
+
+
+def test_every_estimated_card_finds_its_arms_among_the_estimates():
+    cards = [c for c in claims_for("sdp") if "estimated" in c.evidence]
+    estimates = [e.cfg for e in sdp_plan.plan("smoke").estimates]
+    assert cards and not _missing_arms(cards, _frame(estimates))
+
+
+def test_the_gpu_preset_runs_every_arm_its_cards_need(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setattr(sdp_plan, "step_flops", lambda model, sequences, seq_len: 1e12 * sequences)
+    monkeypatch.setenv("CIFAR_ROOT", "/data/cifar")
+    cards = [c for c in claims_for("sdp") if set(c.requires) <= {"cuda"} and "estimated" not in c.evidence]
+    runs = sdp_plan.plan("gpu").runs
+    assert {c.id for c in cards} >= {"sdp-resnet18-cifar", "sdp-swin-cifar", "sdp-memory-range"}
+    assert not _missing_arms(cards, _frame(runs))
+    cifar = [r for r in runs if r.data == "cifar10"]
+    assert cifar and all(r.data_root == "/data/cifar" for r in cifar)
+    assert {r.seed for r in cifar} == {0, 1, 2}
+
+
+def test_the_paper_preset_runs_three_seeds_flop_matched(monkeypatch):
+    monkeypatch.setattr(sdp_plan, "step_flops", lambda model, sequences, seq_len: 1e12 * sequences)
+    runs = sdp_plan.plan("paper").runs
+    card = next(c for c in claims_for("sdp") if c.id == "sdp-1b-val-loss")
+    assert not _missing_arms([card], _frame(runs))
+    assert {r.seed for r in runs if r.model == "llama-1b" and r.method == "b-sdp"} == {0, 1, 2}
+
+
+def test_vision_arms_average_every_component_over_two_holders_or_more():
+    from reproductions.sdp.neurons import DEFAULT_GROUPS
+
+    for cfg in sdp_plan.plan("smoke").runs:
+        if cfg.model != "resnet18" or cfg.method == "ddp":
+            continue
+        components = count_blocks(cfg.model) if cfg.method == "b-sdp" else DEFAULT_GROUPS
+        mask = assign(components, cfg.nproc, cfg.variant["C"])
+        assert min(mask.holder_counts()) >= 2, (cfg.method, mask.holder_counts())
+        assert mask.spectral_gap() > 0
+
+
+def test_the_quality_preset_uses_one_schedule_and_evaluates_in_its_last_fifth():
+    runs = sdp_plan.plan("quality").runs
+    assert {(r.lr, r.seq_len, r.micro_batch, r.nproc) for r in runs} == {(runs[0].lr, 128, 4, 4)}
+    ddp = [r for r in runs if r.method == "ddp"]
+    steps = ddp[0].tokens // (4 * 4 * 128)
+    assert steps == sdp_plan.QUALITY_STEPS and ddp[0].eval_every <= steps / 5
+
+
+def test_the_flop_budget_is_linear_in_the_batch():
+    torch.manual_seed(0)
+    net = build_model("llama-tiny")
+    tokens = torch.randint(0, net.cfg.vocab_size, (3, 65))
+    with FlopMeter() as meter:
+        out = net(tokens[:, :-1])
+        torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), tokens[:, 1:].reshape(-1)).backward()
+    assert sdp_plan.step_flops("llama-tiny", 3, 64) == meter.model_flops
+
+
+def test_an_unknown_preset_names_the_known_ones():
+    from suite.plans import load_plan
+
+    with pytest.raises(ValueError, match="has no preset 'huge'"):
+        load_plan("sdp", "huge")
