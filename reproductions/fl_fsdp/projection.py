@@ -19,8 +19,10 @@ from pathlib import Path
 
 from reproductions.fl_fsdp.formulas import ring_bytes
 from reproductions.fl_fsdp.mesh import INTER, INTRA
+from suite.meters.comm import wire_bytes
 from suite.records import read_record
 from suite.sim import get_topology, project
+from suite.sim.project import comm_times
 
 BASELINE_TIERS = {("fsdp", "shard"): INTER, ("hsdp", "shard"): INTRA, ("hsdp", "replicate"): INTER}
 PAIRS = (("fl-fsdp", "fsdp"), ("fl-hsdp", "hsdp"), ("fl-fsdp", "hsdp"), ("fl-hsdp", "fsdp"))
@@ -114,10 +116,41 @@ def projection_rows(records: list[dict], topology: str, fs=(1, 2, 8, 32), scales
     return lines
 
 
+def node_tier_rows(records: list[dict], topology: str) -> list[str]:
+    """Paper-scale wire bytes per rank per step by the physical tier each group spans on `topology` (rank 0):
+    where FL+HSDP's intra-group replicate all-reduce crosses nodes, it moves about HSDP's inter-node bytes."""
+    topo = get_topology(topology)
+    lines = [
+        f"Estimated ledgers placed on {topology} (rank 0; wire bytes by the ring formula, GB per step)",
+        "",
+        "| method | mesh | F | intra-node | inter-node | inter-node collectives per step (group size) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for rec in sorted(records, key=lambda r: r["method"]):
+        if rec["provenance"] != "estimated" or rec["parallel"]["world_size"] < 64:
+            continue
+        by_tier: dict[str, float] = {}
+        groups: dict[str, str] = {}
+        for t in comm_times(rec, topo, "ring"):
+            if t.rank != 0:
+                continue
+            by_tier[t.tier] = by_tier.get(t.tier, 0.0) + wire_bytes(t.op, t.payload, t.group_size)
+            if t.tier == topo.inter.name:
+                groups[t.group] = f"{t.group} {t.calls:g} x {t.op} ({t.group_size})"
+        mesh = "x".join(f"{k}{v}" for k, v in rec["parallel"]["mesh"].items())
+        intra, inter = by_tier.get(topo.intra.name, 0.0), by_tier.get(topo.inter.name, 0.0)
+        f = rec["variant"].get("F", "-")
+        crossing = "; ".join(groups.values())
+        lines.append(f"| {rec['method']} | {mesh} | {f} | {intra / 1e9:,.2f} | {inter / 1e9:,.2f} | {crossing} |")
+    return lines
+
+
 def main(folder: str) -> None:
     records = [read_record(p) for p in sorted(Path(folder).glob("*.json"))]
     records = [r for r in records if r.get("status") == "complete" and r.get("comm")]
     print("\n".join(tier_rows(records)))
+    print()
+    print("\n".join(node_tier_rows(records, "4xA100-nvlink-4x200gbIB")))
     print()
     print("\n".join(projection_rows(records, "4xA100-nvlink-4x200gbIB")))
 
