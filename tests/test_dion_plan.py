@@ -36,11 +36,12 @@ def test_sweep_is_tagged_apart_and_seeds_run_at_the_picked_rates():
     runs = load_plan("dion", "smoke").runs
     sweep = [c for c in runs if c.reproduction == SWEEP]
     assert {(c.optimizer, c.lr) for c in sweep} == {(o, lr) for o, grid in LR_GRID.items() for lr in grid}
-    assert {c.seed for c in sweep} == {0}
+    assert {c.seed for c in sweep} == {0} and all(c.flops and c.tokens is None for c in sweep)
+    assert all(c.tokens and not c.flops for c in runs if c.micro_batch == 4)  # cost runs: another protocol
     quality = [c for c in runs if c.reproduction == "dion" and c.nproc == 1 and c.micro_batch == 8]
     by_arm = defaultdict(set)
     for c in quality:
-        assert c.lr == LR_PICKED[c.optimizer] and c.tokens == sweep[0].tokens
+        assert c.lr == LR_PICKED[c.optimizer] and c.flops == sweep[0].flops and c.tokens is None
         by_arm[(c.optimizer, c.variant.get("rank_fraction"))].add(c.seed)
     assert by_arm == {k: {1, 2, 3} for k in (("adamw", None), ("muon", None), ("dion", 0.25), ("dion", 1.0))}
     assert all(c.variant.get("scalar_lr") == 3e-3 for c in runs if c.optimizer != "adamw")

@@ -6,7 +6,9 @@ Smoke (this machine, 2 cores, gloo), in three parts:
   1, 2 and 4 ranks and under FSDP2 at 2 and 4, whose records hold the optimizer phase beside the whole
   step (throughput.phases_s_median) and the bytes the communication meter counts (the survey: never
   quote the optimizer step as the training step);
-- quality: llama-tiny on one process, equal tokens (QUALITY_STEPS steps of 8 x 128 tokens), the learning
+- quality: llama-tiny on one process, equal tokens (QUALITY_STEPS steps of 8 x 128 tokens), budgeted in model
+  FLOPs (measured by FlopMeter on one step; every arm trains the same model, so equal FLOPs are equal tokens
+  and steps) so that the verdicts tell these runs from the cost runs by protocol; the learning
   rate of each optimizer picked from LR_GRID on seed 0 (AlgoPerf's rule: tuned on one budget, reported on
   other seeds). The sweep runs are part of the plan, recorded as reproduction SWEEP so that no verdict
   counts a tuning run as evidence; then seeds 1-3 at the picked rate (LR_PICKED); Dion at rank 1/4 and at
@@ -26,7 +28,9 @@ import torch
 
 from reproductions.dion.micro import OPTIMIZERS
 from suite.config import RunConfig, command_line
+from suite.meters.flops import FlopMeter
 from suite.micro import Microbench
+from suite.models import build_model
 from suite.plans import Plan
 
 SWEEP = "dion-lr-sweep"
@@ -66,18 +70,31 @@ def _tokens(steps: int, nproc: int, common: dict) -> int:
     return steps * nproc * common["micro_batch"] * common["seq_len"]
 
 
+def step_flops(model: str, sequences: int, seq_len: int) -> int:
+    """Model FLOPs of one training step (forward + backward of the global batch), measured."""
+    torch.manual_seed(0)
+    net = build_model(model)
+    tokens = torch.randint(0, net.cfg.vocab_size, (sequences, seq_len + 1))
+    with FlopMeter() as meter:
+        out = net(tokens[:, :-1])
+        torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), tokens[:, 1:].reshape(-1)).backward()
+    return meter.model_flops
+
+
 def quality_runs(common: dict, steps: int, seeds: tuple[int, ...]) -> list[RunConfig]:
-    """The sweep on seed 0 (every rate of LR_GRID), then `seeds` at the picked rates; Dion also at full rank."""
-    tokens = _tokens(steps, common["nproc"], common)
+    """The sweep on seed 0 (every rate of LR_GRID), then `seeds` at the picked rates; Dion also at full rank.
+    The budget: the model FLOPs of `steps` steps, less half a step so that rounding never adds one."""
+    sequences = common["nproc"] * common["micro_batch"]
+    budget = {"flops": (steps - 0.5) * step_flops(common["model"], sequences, common["seq_len"])}
     arms = [("adamw", {}), ("muon", {}), ("dion", {"rank_fraction": QUALITY_FRACTION})]
     runs = [
-        RunConfig(optimizer=o, lr=lr, seed=0, tokens=tokens, variant=_arm(o, v), reproduction=SWEEP, **common)
+        RunConfig(optimizer=o, lr=lr, seed=0, variant=_arm(o, v), reproduction=SWEEP, **budget, **common)
         for o, v in arms
         for lr in LR_GRID[o]
     ]
     arms.append(("dion", {"rank_fraction": 1.0}))
     runs += [
-        RunConfig(optimizer=o, lr=LR_PICKED[o], seed=s, tokens=tokens, variant=_arm(o, v), **common)
+        RunConfig(optimizer=o, lr=LR_PICKED[o], seed=s, variant=_arm(o, v), **budget, **common)
         for s in seeds
         for o, v in arms
     ]
@@ -146,7 +163,8 @@ def plan(preset: str) -> Plan:
         "dion",
         preset,
         runs,
-        protocol="equal tokens; learning rate per optimizer from a recorded seed-0 sweep",
+        protocol="cost runs: equal tokens; quality runs: equal model FLOPs (= equal tokens, one model), learning "
+        "rate per optimizer from a recorded seed-0 sweep",
         claims=Path(__file__).with_name("claims.yaml"),
         notes=notes,
         micro=micro,
