@@ -19,12 +19,17 @@ from suite.plans import load_plan
 RESULTS = Path(__file__).parents[1] / "results" / "dion-smoke"
 
 
+@pytest.fixture(scope="module")
+def smoke() -> list[RunConfig]:
+    return load_plan("dion", "smoke").runs
+
+
 def arm(cfg: RunConfig) -> tuple:
     return (cfg.method, cfg.nproc, cfg.optimizer, cfg.variant.get("rank_fraction"))
 
 
-def test_smoke_covers_the_optimizers_rank_fractions_and_world_sizes():
-    runs = [c for c in load_plan("dion", "smoke").runs if c.reproduction == "dion" and c.micro_batch == 4]
+def test_smoke_covers_the_optimizers_rank_fractions_and_world_sizes(smoke):
+    runs = [c for c in smoke if c.reproduction == "dion" and c.micro_batch == 4]
     arms = {arm(c) for c in runs}
     for world in (1, 2, 4):
         assert {("ddp", world, "adamw", None), ("ddp", world, "muon", None), ("ddp", world, "dion", 0.25)} <= arms
@@ -32,8 +37,8 @@ def test_smoke_covers_the_optimizers_rank_fractions_and_world_sizes():
     assert {("fsdp", w, o, f) for w in (2, 4) for o, f in (("muon", None), ("dion", 0.25))} <= arms
 
 
-def test_sweep_is_tagged_apart_and_seeds_run_at_the_picked_rates():
-    runs = load_plan("dion", "smoke").runs
+def test_sweep_is_tagged_apart_and_seeds_run_at_the_picked_rates(smoke):
+    runs = smoke
     sweep = [c for c in runs if c.reproduction == SWEEP]
     assert {(c.optimizer, c.lr) for c in sweep} == {(o, lr) for o, grid in LR_GRID.items() for lr in grid}
     assert {c.seed for c in sweep} == {0} and all(c.flops and c.tokens is None for c in sweep)
