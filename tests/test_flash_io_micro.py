@@ -144,7 +144,12 @@ def test_ncu_command_runs_the_kernel_and_its_csv_is_summed():
             '"1","flash_bwd","dram__bytes_write.sum","byte","400.5"',
         ]
     )
-    assert ncu.parse(text) == {"dram_bytes_read": 4000.0, "dram_bytes_write": 600.5, "kernels": 2}
+    assert ncu.parse(text) == {
+        "dram_bytes_read": 4000.0,
+        "dram_bytes_write": 600.5,
+        "dram_bytes": 4600.5,
+        "kernels": 2,
+    }
     with pytest.raises(ValueError, match="no CSV table"):
         ncu.parse("==ERR== permission denied")
 

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+from reproductions.flash_io import metrics  # noqa: F401  (registers the claim metrics over micro records)
 from reproductions.flash_io.count import count_io
 from reproductions.flash_io.meter import AttentionIoMeter
 from reproductions.flash_io.method import METHODS

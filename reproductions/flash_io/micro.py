@@ -27,7 +27,7 @@ BACKENDS = {
     "cudnn": SDPBackend.CUDNN_ATTENTION,
 }
 # Tiles above this many per pass are counted in closed form only: the executed algorithm loops in Python.
-EXECUTE_TILES = 20_000
+EXECUTE_TILES = 100
 
 
 def attention_flops(batch: int, heads: int, n: int, d: int, *, causal: bool, backward: bool) -> int:
@@ -181,3 +181,25 @@ def dram_bytes(
         return {"formula_flops": attention_flops(batch, heads, n, d, causal=causal, backward=True), **counted}
 
     return run
+
+
+def exactness(device: torch.device, n: int, d: int, m: int, causal: bool) -> Callable[[], dict]:
+    """Largest absolute differences of the tiled algorithm's output and gradients from SDPA's math backend
+    (float64, one head)."""
+    torch.manual_seed(0)
+    q, k, v, grad_out = (torch.randn(n, d, device=device, dtype=torch.float64) for _ in range(4))
+
+    def work() -> dict:
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        with sdpa_kernel(SDPBackend.MATH):
+            out = F.scaled_dot_product_attention(*(t[None] for t in leaves), is_causal=causal)[0]
+        out.backward(grad_out)
+        run = execute(q, k, v, grad_out, m, algorithm="tiled", causal=causal)
+        grads = max(float((a - b.grad).abs().max()) for a, b in zip(run.grads, leaves))
+        return {
+            "max_abs_error_out": float((run.out - out.detach()).abs().max()),
+            "max_abs_error_grads": grads,
+            "max_abs_error": max(grads, float((run.out - out.detach()).abs().max())),
+        }
+
+    return work

@@ -51,7 +51,8 @@ def parse(text: str) -> dict[str, float]:
         if row["Metric Name"] in totals:
             totals[row["Metric Name"]] += float(row["Metric Value"].replace(",", ""))
             kernels.add(row["ID"])
-    return {"dram_bytes_read": totals[METRICS[0]], "dram_bytes_write": totals[METRICS[1]], "kernels": len(kernels)}
+    read, write = totals[METRICS[0]], totals[METRICS[1]]
+    return {"dram_bytes_read": read, "dram_bytes_write": write, "dram_bytes": read + write, "kernels": len(kernels)}
 
 
 def measure(cmd: list[str]) -> dict:

@@ -37,6 +37,8 @@ SWEEP_N = (256, 512, 1024, 2048, 4096, 8192, 16384)
 SWEEP_D = (16, 32, 64, 128, 256)
 SWEEP_M = (64, 256, 1024, 4096, 16384, 65536, 262144)
 SWEEP_M_FIXED, SWEEP_N_FIXED, SWEEP_D_FIXED = 16384, 4096, 64
+# float64 shapes whose blocks do not divide N (B_c = 25, B_r = 16; B_c = 10, B_r = 8), causal and not
+EXACTNESS = [dict(n=n, d=d, m=m, causal=c) for n, d, m in ((200, 16, 1600), (97, 8, 300)) for c in (False, True)]
 SDPA_N = (256, 512, 1024, 2048, 4096)
 SDPA_D = (32, 64, 128)
 SDPA_BH = ((1, 4), (1, 16), (4, 16))
@@ -57,6 +59,7 @@ def _io_items() -> list[Microbench]:
         item("io-d", [dict(n=SWEEP_N_FIXED, d=d, m=SWEEP_M_FIXED) for d in SWEEP_D]),
         item("io-m", [dict(n=SWEEP_N_FIXED, d=SWEEP_D_FIXED, m=m) for m in SWEEP_M]),
         item("io-gpt2", gpt2),
+        Microbench("exactness", f"{MICRO}:exactness", EXACTNESS, warmup=0, repeat=1),
     ]
 
 

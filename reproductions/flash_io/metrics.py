@@ -1,0 +1,73 @@
+"""Claim metrics over microbenchmark records (registered with suite.verdicts.metric).
+
+The built-in metrics read summary rows of training runs; a microbenchmark record keeps its numbers in the
+rows of its `micro` section, one per shape. These read the newest record of one item (`method`: the item's
+name) from the file each summary row names, and select rows by their shape and counted numbers (`variant`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from suite.verdicts import Samples, metric
+
+
+def _item_rows(df: pd.DataFrame, method: str) -> tuple[list[dict], pd.DataFrame]:
+    """The micro rows (shape, extra and measurements flattened) of the newest record of item `method`."""
+    rows = df[(df["method"] == method) & df["path"].notna()]
+    if rows.empty:
+        return [], rows
+    newest = rows.sort_values("run_id").iloc[[-1]]
+    record = json.loads(Path(newest["path"].iloc[0]).read_text(encoding="utf-8"))
+    flat = [
+        {
+            "_shape": r["shape"],
+            **r["shape"],
+            **r["extra"],
+            "time_s_median": r["time_s_median"],
+            "peak_bytes": r["peak_bytes"],
+            "flops": r["flops"],
+        }
+        for r in record.get("micro", {}).get("rows", [])
+    ]
+    return flat, newest
+
+
+def _match(rows: list[dict], variant: dict | None) -> list[dict]:
+    return [r for r in rows if all(r.get(k) == v for k, v in (variant or {}).items())]
+
+
+def _label(variant: dict | None) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted((variant or {}).items()))
+
+
+@metric("micro")
+def micro(df: pd.DataFrame, method: str, field: str, variant: dict | None = None, over: dict | None = None) -> Samples:
+    """`field` of the rows of item `method` that match `variant`; with `over`, divided by `field` of the row that
+    has the same shape but for `over`'s keys (e.g. variant {backend: math}, over {backend: flash})."""
+    rows, used = _item_rows(df, method)
+    values, settings = [], []
+    for row in _match(rows, variant):
+        value = row.get(field)
+        if over is not None:
+            partner = [r for r in rows if r["_shape"] == {**row["_shape"], **over}]
+            value = value / partner[0][field] if value and partner and partner[0].get(field) else None
+        if value is not None:
+            values.append(float(value))
+            settings.append(_label(variant))
+    return Samples(np.array(values, dtype=float), used, tuple(settings))
+
+
+@metric("micro-slope")
+def micro_slope(df: pd.DataFrame, method: str, field: str, x: str, variant: dict | None = None) -> Samples:
+    """The least-squares slope of log `field` against log `x` over the rows of item `method` matching `variant`."""
+    rows, used = _item_rows(df, method)
+    points = [(r[x], r[field]) for r in _match(rows, variant) if r.get(field)]
+    if len(points) < 2:
+        return Samples(np.array([], dtype=float), used.iloc[:0])
+    xs, ys = np.log(np.array(points, dtype=float)).T
+    return Samples(np.array([np.polyfit(xs, ys, 1)[0]]), used, (f"{_label(variant)} over {x}",))
