@@ -75,9 +75,9 @@ def test_cpu_backends_and_sdpa_item_record():
 
 
 def test_io_item_executes_and_agrees_with_closed_form():
-    out = io(torch.device("cpu"), 64, 8, 128, causal=True, heads=3)()
+    out = io(torch.device("cpu"), 64, 8, 256, causal=True, heads=3)()  # 8 x 8 tiles: executed
     assert (
-        out["tiled_executed_elements"] == out["tiled_elements"] == count_io(64, 8, 128, algorithm="tiled", causal=True)
+        out["tiled_executed_elements"] == out["tiled_elements"] == count_io(64, 8, 256, algorithm="tiled", causal=True)
     )
     assert out["standard_executed_elements"] == out["standard_elements"]
     assert out["tiled_bytes_all_heads"] == 3 * 2 * out["tiled_elements"]
