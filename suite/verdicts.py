@@ -74,6 +74,8 @@ class Verdict:
     setting: str = ""  # the settings judged (calibrated ones, where a sweep was run)
     run_ids: tuple[str, ...] = ()
     shown: tuple[Shown, ...] = field(default_factory=tuple)
+    # calibrated claims: (setting, the baseline's value there, whether it is within the paper's band)
+    calibration: tuple[tuple[str, float, bool], ...] = ()
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -153,8 +155,8 @@ def ratio(
     theirs = _arm(df, baseline, baseline_variant, model)
     a, b = _per_seed(mine, field), _per_seed(theirs, field)
     keys = a.index.intersection(b.index)
-    seeds = {seed for seed, _ in keys}
-    used = pd.concat([mine[mine["seed"].isin(seeds)], theirs[theirs["seed"].isin(seeds)]])
+    both = pd.concat([mine, theirs])
+    used = both[pd.MultiIndex.from_arrays([both["seed"], both["setting"]]).isin(keys)]
     return Samples((a[keys] / b[keys]).to_numpy(dtype=float), used, _settings(a[keys]), b[keys].to_numpy(float))
 
 
@@ -302,7 +304,8 @@ def evaluate(claim: Claim, df: pd.DataFrame) -> Verdict:
         kinds = " or ".join(claim.evidence)
         reason = f"no complete {kinds} runs of {_arms(claim)}{where}"
         return Verdict("inconclusive", reason=reason, band=_band_text(claim), shown=shown)
-    samples, setting, note = _calibrated(claim, samples)
+    sweep = _sweep(claim, rows, label)
+    samples, setting, note = _calibrated(claim, samples, sweep)
     verdict = _judge(claim, samples)
     n = len(samples.values) if samples.baseline is None or claim.kind != "quality" else _n_quality(samples)
     measured = float(np.mean(samples.values)) if len(samples.values) else None
@@ -327,6 +330,7 @@ def evaluate(claim: Claim, df: pd.DataFrame) -> Verdict:
         setting=setting,
         run_ids=tuple(samples.rows["run_id"]),
         shown=shown,
+        calibration=sweep,
     )
 
 
@@ -397,32 +401,40 @@ def _projection(claim: Claim, rows: pd.DataFrame) -> list[Shown]:
     return [Shown("projection (simulated)", float(np.mean(s.values)), "simulated", tuple(s.rows["run_id"]))]
 
 
-def _calibrated(claim: Claim, samples: Samples) -> tuple[Samples, str, str]:
+def _sweep(claim: Claim, rows: pd.DataFrame, label: str) -> tuple[tuple[str, float, bool], ...]:
+    """The baseline's value at every setting it was run at (with or without the method beside it)."""
+    if claim.calibrate is None:
+        return ()
+    m, cal = claim.metric, claim.calibrate
+    base = _arm(rows[rows["evidence"] == label], m["baseline"], m.get("baseline_variant"), m.get("model"))
+    values = _per_seed(base, m["field"]).groupby(level="setting").mean()
+    return tuple((s, float(b), abs(b / cal.value - 1) <= cal.within) for s, b in values.items())
+
+
+def _calibrated(claim: Claim, samples: Samples, sweep: tuple[tuple[str, float, bool], ...]) -> tuple[Samples, str, str]:
     """Keep the settings whose baseline matches the paper's absolute number (claims with `calibrate`)."""
     settings = sorted(set(samples.settings))
-    if claim.calibrate is None or samples.baseline is None:
+    if claim.calibrate is None:
         return samples, ", ".join(settings), ""
-    cal = claim.calibrate
-    fits = [abs(b / cal.value - 1) <= cal.within for b in samples.baseline]
-    if not any(fits):
-        closest = int(np.argmin([abs(b / cal.value - 1) for b in samples.baseline]))
-        note = (
-            f"; calibration: no swept setting puts {claim.metric['baseline']} within {cal.within:.0%} of the paper's "
-            f"{cal.value:.4g} ({cal.source}); closest {samples.baseline[closest]:.4g} at {samples.settings[closest]}, "
-            "judged at every swept setting"
-        )
-        return samples, ", ".join(settings), note
-    keep = np.array(fits)
+    cal, baseline = claim.calibrate, claim.metric["baseline"]
+    fitting = {s for s, _, fits in sweep if fits}
+    where = f"within {cal.within:.0%} of the paper's {cal.value:.4g} ({cal.source})"
+    keep = np.array([s in fitting for s in samples.settings])
+    if not keep.any():
+        if fitting:
+            reason = f"the settings that put {baseline} {where} ({'; '.join(sorted(fitting))}) have no method run"
+        else:
+            closest = min(sweep, key=lambda p: abs(p[1] / cal.value - 1))
+            reason = f"none of {len(sweep)} swept settings puts {baseline} {where}"
+            reason += f"; closest {closest[1]:.4g} at {closest[0]}"
+        return samples, ", ".join(settings), f"; calibration: {reason}, so judged at every setting run"
     kept = Samples(
         samples.values[keep],
-        samples.rows,
+        samples.rows[samples.rows["setting"].isin(fitting)],
         tuple(s for s, k in zip(samples.settings, keep) if k),
         samples.baseline[keep],
     )
-    note = (
-        f"; calibrated: {int(keep.sum())} of {len(keep)} swept settings put {claim.metric['baseline']} within "
-        f"{cal.within:.0%} of the paper's {cal.value:.4g} ({cal.source})"
-    )
+    note = f"; calibrated: {len(fitting)} of {len(sweep)} swept settings put {baseline} {where}"
     return kept, ", ".join(sorted(set(kept.settings))), note
 
 

@@ -393,8 +393,11 @@ def test_calibration_keeps_the_settings_that_reproduce_the_papers_baseline():
     v = evaluate(c, df)
     assert v.verdict == "reproduced" and v.measured == pytest.approx(480 / 990) and v.setting == "micro_batch=8"
     assert "1 of 2 swept settings" in v.reason
+    assert [(s, fits) for s, _, fits in v.calibration] == [("micro_batch=2", False), ("micro_batch=8", True)]
     missed = evaluate(c, frame(rows("m", [300.0], **far), rows("ddp", [400.0], **far)))
-    assert "no swept setting puts ddp within 5%" in missed.reason and "closest 400" in missed.reason
+    assert "none of 1 swept settings puts ddp within 5%" in missed.reason and "closest 400" in missed.reason
+    unpaired = evaluate(c, frame(rows("m", [300.0], **far), rows("ddp", [400.0], **far), rows("ddp", [990.0], **near)))
+    assert "(micro_batch=8) have no method run" in unpaired.reason
 
 
 def test_settings_are_never_pooled_as_seeds():

@@ -395,3 +395,12 @@ def test_image_accuracy_counts_top1_hits_on_the_val_split():
     )
     with pytest.raises(ValueError, match="val split of digits"):
         image_accuracy(model, data, CPU, batches=100, batch_size=50)
+
+
+def test_macro_average_is_the_mean_of_the_tasks_primary_metrics():
+    from suite.evals.harness import with_macro_average
+
+    one = {"arc_easy": {"metric": "acc", "value": 0.6}}
+    assert with_macro_average(one) == one
+    two = with_macro_average({**one, "sciq": {"metric": "acc", "value": 0.8}})
+    assert two["macro_average"]["value"] == pytest.approx(0.7) and two["macro_average"]["tasks"] == ["arc_easy", "sciq"]

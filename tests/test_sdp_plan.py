@@ -59,7 +59,7 @@ def test_every_card_without_hardware_needs_finds_its_arms_in_the_smoke_preset():
 
 def test_every_estimated_card_finds_its_arms_among_the_estimates():
     cards = [c for c in claims_for("sdp") if "estimated" in c.evidence]
-    estimates = [e.cfg for e in sdp_plan.plan("smoke").estimates]
+    estimates = [e.cfg for preset in ("smoke", "calibrate") for e in sdp_plan.plan(preset).estimates]
     assert cards and not _missing_arms(cards, _frame(estimates))
 
 
@@ -112,6 +112,16 @@ def test_the_flop_budget_is_linear_in_the_batch():
         out = net(tokens[:, :-1])
         torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), tokens[:, 1:].reshape(-1)).backward()
     assert sdp_plan.step_flops("llama-tiny", 3, 64) == meter.model_flops
+
+
+def test_calibration_sweeps_both_baselines_and_places_the_method_where_they_fit():
+    swept = {(e.cfg.method, e.cfg.micro_batch, e.cfg.precision) for e in sdp_plan.plan("calibrate").estimates}
+    for settings in sdp_plan.SWEEP:
+        for method in ("ddp", "fsdp"):
+            if not sdp_plan._is_default(settings):
+                assert (method, settings["micro_batch"], settings["precision"]) in swept
+    for settings, _ in sdp_plan.CALIBRATED:
+        assert ("b-sdp", settings["micro_batch"], settings["precision"]) in swept
 
 
 def test_an_unknown_preset_names_the_known_ones():

@@ -128,10 +128,22 @@ def run_evals(
             fewshot_random_seed=seed,
         )
     local_names = {c["task"] for c in configs}
-    return {
-        task: _scores(out, task, f"lm-eval {version('lm_eval')}, {'local' if task in local_names else 'hub'} task")
-        for task in out["results"]
-    }
+    return with_macro_average(
+        {
+            task: _scores(out, task, f"lm-eval {version('lm_eval')}, {'local' if task in local_names else 'hub'} task")
+            for task in out["results"]
+        }
+    )
+
+
+def with_macro_average(scores: dict[str, dict]) -> dict[str, dict]:
+    """The scores plus `macro_average` (the unweighted mean of each task's primary metric) where there are two
+    tasks or more: the number downstream claims are stated in (e.g. SDP's ARC-E, BoolQ, HellaSwag, OBQA, SciQ)."""
+    if len(scores) < 2:
+        return scores
+    tasks = sorted(scores)
+    mean = sum(scores[t]["value"] for t in tasks) / len(tasks)
+    return {**scores, "macro_average": {"metric": "mean of the tasks' primary metrics", "value": mean, "tasks": tasks}}
 
 
 def _scores(out: dict, task: str, source: str) -> dict:

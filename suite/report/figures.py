@@ -173,3 +173,26 @@ def throughput(ratios: pd.DataFrame, geomeans: pd.Series, reference: str, label:
         _encode(fig),
         "Bar: geometric mean over configurations; dot: one configuration (median over seeds).",
     )
+
+
+def calibration_sweep(
+    points: list[tuple[str, float, bool]], paper: float, within: float, baseline: str
+) -> Chart | None:
+    """The baseline's value at every swept setting against the paper's number and its band (`calibrate`)."""
+    if not points:
+        return None
+    scale, unit = 1e9, "GB, 10^9 bytes as the paper's GB are read"
+    labels = [safe(setting.replace("model=", ""), 60) for setting, _, _ in points]
+    fig, axes = _figure(7.5, 0.8 + 0.28 * len(points))
+    ax = axes[0, 0]
+    colours = ["#137333" if fits else "#9aa0a6" for _, _, fits in points]
+    ax.barh(range(len(points)), [v / scale for _, v, _ in points], color=colours)
+    ax.axvspan(paper * (1 - within) / scale, paper * (1 + within) / scale, color="#fbbc04", alpha=0.3)
+    ax.axvline(paper / scale, color="#b06000", linewidth=1.5)
+    ax.set_yticks(range(len(points)), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"{safe(baseline)} peak per device ({unit}); paper's value and ±{within:.0%} in orange")
+    _margins(fig, left=0.3 + _text_inches(labels), bottom=0.55)
+    fits = sum(f for _, _, f in points)
+    caption = f"{fits} of {len(points)} settings put {baseline} within {within:.0%} of the paper's value (green)"
+    return Chart(f"Calibration of {baseline}", _encode(fig), caption)

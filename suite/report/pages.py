@@ -128,6 +128,12 @@ def _card(claim: Claim, verdict: Verdict, run_hrefs: dict[str, str]) -> dict:
         "measured": _measured(verdict, claim.unit),
         "baseline": None if verdict.baseline is None else f"{fmt_number(verdict.baseline)} {claim.unit}".strip(),
         "band": verdict.band,
+        "calibration": figures.calibration_sweep(
+            list(verdict.calibration),
+            claim.calibrate.value if claim.calibrate else 0.0,
+            claim.calibrate.within if claim.calibrate else 0.0,
+            claim.metric.get("baseline", ""),
+        ),
         "setting": verdict.setting,
         "shown": [(s.label, f"{fmt_number(s.value)} {claim.unit}".strip(), s.evidence) for s in verdict.shown],
         "ratio": "—" if verdict.ratio_to_paper is None else f"{verdict.ratio_to_paper:.3g}x the paper's value",
@@ -141,6 +147,8 @@ def _card(claim: Claim, verdict: Verdict, run_hrefs: dict[str, str]) -> dict:
 
 
 def _paper(claim: Claim) -> str:
+    if claim.paper_value is None:
+        return "no paper value"
     value = claim.paper_value
     if isinstance(value, tuple):
         value = f"{fmt_number(value[0])} to {fmt_number(value[1])}"

@@ -1,0 +1,65 @@
+"""A committed record's command re-runs from a clone and gives the same record (issue 12): commands name
+repository paths, never a temporary folder, and the deterministic numbers (FLOPs, bytes, call counts,
+model state) come out equal."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from suite.compare import compare, format_comparison
+from suite.records import load_records, read_record, summary_row
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMITTED = ROOT / "results"
+
+
+def _committed(**wanted) -> dict:
+    records = [r for folder in sorted(COMMITTED.glob("*-smoke")) for r in load_records(folder)[0]]
+    found = [r for r in records if all(summary_row(r).get(k) == v for k, v in wanted.items())]
+    assert found, f"no committed record with {wanted}"
+    return sorted(found, key=lambda r: r["run_id"])[0]
+
+
+def _rerun(record: dict, results: Path) -> dict:
+    argv = shlex.split(record["command"])
+    assert argv[:3] == ["python", "-m", "suite"]
+    where = argv[argv.index("--results") + 1]
+    assert not Path(where).is_absolute() and (ROOT / where).is_dir(), f"{where} is not a folder of the repository"
+    out = subprocess.run(
+        [sys.executable, *argv[1:], "--results", str(results)], cwd=ROOT, capture_output=True, text=True, timeout=900
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return read_record(out.stdout.strip().splitlines()[-1])
+
+
+def test_every_committed_command_names_repository_paths():
+    for folder in sorted(COMMITTED.glob("*-smoke")):
+        for record in load_records(folder)[0]:
+            command = record["command"]
+            assert "/tmp" not in command and str(ROOT) not in command, (record["_path"], command)
+
+
+def test_a_committed_estimate_reruns_to_the_same_numbers(tmp_path):
+    record = _committed(method="ddp", model="llama-500m", provenance="estimated")
+    again = _rerun(record, tmp_path)
+    assert [r for r in compare(record, again) if r.ok is False] == [], format_comparison(compare(record, again))
+    assert summary_row(again)["peak_bytes_max"] == summary_row(record)["peak_bytes_max"]
+
+
+@pytest.mark.slow
+def test_a_committed_run_reruns_to_the_same_counts_and_loss(tmp_path):
+    record = _committed(method="ddp", model="llama-tiny", provenance="measured", protocol="tokens", seed=0)
+    again = _rerun(record, tmp_path)
+    before, after = summary_row(record), summary_row(again)
+    for field in ("steps", "tokens", "flops", "state_bytes_max", "comm_bytes_per_rank_step"):
+        assert after[field] == before[field], field
+    assert [[(o["op"], o["count"], o["bytes"]) for o in r["ops"]] for r in again["comm"]["per_rank"]] == [
+        [(o["op"], o["count"], o["bytes"]) for o in r["ops"]] for r in record["comm"]["per_rank"]
+    ]
+    # the same seed on the same kind of machine; another CPU's kernels may round differently
+    assert after["final_val_loss"] == pytest.approx(before["final_val_loss"], rel=0.02)
