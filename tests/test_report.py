@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-import base64
 import html as htmllib
+import json
 import re
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from suite.claims import load_claims
 from suite.report import build_report, build_report_for
+from suite.report.arms import arms
 from tests.report_fixtures import HOSTILE, SDP_CLAIMS_YAML, built_study, make_record
 
 
@@ -25,6 +28,9 @@ class Page(HTMLParser):
         self.ids: set[str] = set()
         self.scripts: list[dict] = []
         self.images: list[str] = []
+        self.svgs: list[dict] = []  # attributes of each top-level <svg>, with its title and text lines
+        self._depth = 0
+        self._in: str | None = None
         self.policy = ""
         self.feed(path.read_text())
 
@@ -36,8 +42,27 @@ class Page(HTMLParser):
             self.scripts.append(attrs)
         if tag == "meta" and attrs.get("http-equiv") == "Content-Security-Policy":
             self.policy = attrs["content"]
-        if tag == "img" and "chart" in (attrs.get("class") or ""):
+        if tag == "img":
             self.images.append(attrs["src"])
+        if tag == "svg":
+            self._depth += 1
+            if self._depth == 1:
+                self.svgs.append({**attrs, "title": "", "texts": [], "rasters": 0})
+        elif self._depth and tag in ("title", "text"):
+            self._in = tag
+        elif self._depth and tag == "image":
+            self.svgs[-1]["rasters"] += 1
+
+    def handle_endtag(self, tag):
+        if tag == "svg":
+            self._depth -= 1
+        self._in = None
+
+    def handle_data(self, data):
+        if self._in == "title" and not self.svgs[-1]["title"]:
+            self.svgs[-1]["title"] = data
+        elif self._in == "text":
+            self.svgs[-1]["texts"].append(data)
 
 
 @pytest.fixture(scope="module")
@@ -112,21 +137,86 @@ def test_pages_forbid_outside_resources_and_foreign_scripts(site):
     assert "unsafe-inline" not in policy.split("script-src")[1].split(";")[0]
 
 
-def test_figures_are_embedded_pngs_one_set_per_kind_of_evidence(site):
+def test_figures_are_inline_svg_with_text_and_a_title(site):
     sdp = Page(page_of(site, "reproductions", "sdp-"))
     harness = Page(page_of(site, "reproductions", "harness-"))
-    # measured: loss, memory, comm, throughput; the lone estimate has no baseline, so no throughput figure.
-    assert len(sdp.images) == 4 + 3
-    assert len(harness.images) == 4
-    for uri in sdp.images + harness.images:
-        assert uri.startswith("data:image/png;base64,")
-        assert base64.b64decode(uri.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+    # sdp: at a glance (ratio claims, quality panels), two cards with runs, measured (loss, memory, comm,
+    # throughput), estimated (loss, memory, comm: the lone estimate has no baseline, so no throughput)
+    assert len(sdp.svgs) == 2 + 2 + 4 + 3
+    assert len(harness.svgs) == 4  # no claims: the measurements only
+    for svg in sdp.svgs + harness.svgs:
+        assert svg["role"] == "img" and svg["title"] and "viewbox" in svg and "width" not in svg
+        assert svg["rasters"] == 0 and len(svg["texts"]) > 3  # vector, with its words as text
+    assert not sdp.images and not harness.images
+    assert "Memory of every rank" in Page(page_of(site, "runs", "sdp-ddp-s1-measured")).svgs[0]["title"]
+
+
+def test_claims_come_first_then_what_was_run_then_measurements(site):
+    html = page_of(site, "reproductions", "sdp-").read_text()
+    order = ['id="claims-at-a-glance"', 'id="claim-sdp-memory"', 'id="what-was-run"', 'id="measurements"']
+    assert [html.index(marker) for marker in order] == sorted(html.index(marker) for marker in order)
+    glance = html[html.index('id="claims-at-a-glance"') : html.index("</section>")]
+    for word, n in [("reproduced", 2), ("not testable here", 1)]:
+        assert re.search(rf">{word}</span> {n}</span>", glance), word
+    assert "Claims at a glance: ratio claims" in glance and "every seed" in glance
+    index = (site / "index.html").read_text()
+    summary = index[index.index('id="repro-sdp"') :]
+    assert re.search(r">reproduced</span> 2</span>", summary) and "Claims at a glance" in summary
+
+
+def test_the_glance_figure_shows_every_claim_and_every_seed(site):
+    sdp = Page(page_of(site, "reproductions", "sdp-"))
+    ratio, quality = sdp.svgs[:2]
+    assert {"sdp-memory", "sdp-inter-node", "reproduced", "not testable here"} <= set(ratio["texts"])
+    assert {"sdp-quality", "b-sdp", "ddp"} <= set(quality["texts"])
+    html = page_of(site, "reproductions", "sdp-").read_text()
+    start = html.index("Claims at a glance: quality")
+    panel = html[start : html.index("</svg>", start)]
+    # three seeds of b-sdp (filled) and three of ddp (hollow): six markers
+    assert len(re.findall(r"<use [^>]*xlink:href=", panel)) == 6
+
+
+def test_arms_have_short_labels_one_colour_and_a_legend(site):
+    html = page_of(site, "reproductions", "sdp-").read_text()
+    legend = html[html.index('class="sortable arms"') : html.index("</table>", html.index('class="sortable arms"'))]
+    colours = dict(
+        (label, colour) for colour, label in re.findall(r'background:(#[0-9a-f]{6})"></span>([^<]+)</td>', legend)
+    )
+    # the estimate runs on 8 ranks, the measurements on 2: only that tells them apart
+    assert list(colours) == ["ddp", "b-sdp C=0.5", "b-sdp C=0.75", "b-sdp C=0.5 n8"]
+    assert len(set(colours.values())) == 4 and "b-sdp C=0.5; llama-tiny on 2 ranks; equal flops" in legend
+    measured = html[html.index('id="section-measured-cpu"') : html.index('id="section-estimated"')]
+    for label, figures in [
+        ("ddp", ["Val loss against"]),
+        ("b-sdp C=0.5", ["Val loss against", "Throughput against"]),
+        ("b-sdp C=0.75", ["Val loss against", "Throughput against"]),
+    ]:
+        for figure in figures:
+            svg = measured[measured.index(figure) :]
+            assert colours[label] in svg[: svg.index("</svg>")], (label, figure)
+    estimated = html[html.index('id="section-estimated"') :]
+    assert colours["b-sdp C=0.5 n8"] in estimated[: estimated.index("</svg>")]
+
+
+def test_runs_tables_show_varying_parameters_as_columns(site):
+    html = page_of(site, "reproductions", "sdp-").read_text()
+    runs = html[html.index('class="sortable runs"') :]
+    runs = runs[: runs.index("</table>")]
+    header = re.findall(r"<th>([^<]*)</th>", runs)
+    assert "C" in header and "variant" not in header and "{&#34;C&#34;" not in runs and '{"C"' not in runs
+
+
+def test_throughput_lists_each_arm_once(site):
+    html = page_of(site, "reproductions", "sdp-").read_text()
+    section = html[html.index("<h4>Throughput against ddp") :]
+    rows = re.findall(r"<tr>(.*?)</tr>", section[: section.index("</table>")], re.S)[1:]
+    assert len(rows) == 2 and len(set(rows)) == 2 and "geometric mean" not in section[: section.index("</table>")]
 
 
 def test_estimates_are_never_mixed_into_measured_tables(site):
     html = page_of(site, "reproductions", "sdp-").read_text()
-    measured = html[html.index('id="section-measured-cpu"') : html.index('id="section-estimated"')]
-    estimated = html[html.index('id="section-estimated"') : html.index('id="environment"')]
+    measured = html[html.index('id="runs-measured-cpu"') : html.index('id="runs-estimated"')]
+    estimated = html[html.index('id="runs-estimated"') : html.index('id="measurements"')]
     assert "-estimated-cpu-w8" not in measured and "-estimated-cpu-w8" in estimated
     assert "measured (cpu)" not in estimated and measured.count("badge-measured-cpu") >= 9
 
@@ -216,3 +306,47 @@ def test_records_sharing_a_run_id_each_get_a_page(tmp_path):
     twins[1]["run_id"] = twins[0]["run_id"]
     build_report_for(twins, [], tmp_path)
     assert len(list((tmp_path / "runs").glob("*.html"))) == 2
+
+
+def _arm_labels(configs: list[tuple[str, dict]], **kwargs) -> list[str]:
+    page = arms([_bare(make_record(method, 0, variant=variant, **kwargs)) for method, variant in configs])
+    return [a.label for a in page.values()]
+
+
+def test_arm_labels_name_only_what_varies():
+    configs = [
+        ("ddp", {"ac": False}),
+        ("fsdp", {"ac": False}),
+        ("fsdp", {"ac": True}),
+        ("b-sdp", {"C": 0.5, "aggregation": "groups", "K": 4}),
+        ("b-sdp", {"C": 0.5, "aggregation": "dense", "K": 4}),
+        ("b-sdp", {"C": 0.75, "aggregation": "groups", "K": 4}),
+    ]
+    assert _arm_labels(configs) == ["ddp", "fsdp", "fsdp+ac", "b-sdp C=0.5", "b-sdp C=0.5 dense", "b-sdp C=0.75"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["ddp", "b-sdp"]),
+            st.fixed_dictionaries(
+                {
+                    "C": st.sampled_from([0.5, 0.75]),
+                    "ac": st.booleans(),
+                    "aggregation": st.sampled_from(["groups", "dense", "none"]),
+                }
+            ),
+            st.sampled_from([2, 4]),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_distinct_configurations_never_share_a_label(configs):
+    records = [_bare(make_record(m, 0, variant=v, world_size=w)) for m, v, w in configs]
+    page = arms(records)
+    labels = [a.label for a in page.values()]
+    assert len(set(labels)) == len(page) == len({json.dumps([m, v, w], sort_keys=True) for m, v, w in configs})
+    assert all(len(label) <= 40 for label in labels)
+    assert len({a.colour for a in page.values()}) == len(page)

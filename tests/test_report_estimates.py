@@ -49,7 +49,7 @@ def _rows(html: str) -> list[list[str]]:
 def _estimate_rows(html: str, run_id: str) -> list[list[str]]:
     section = _between(html, 'id="estimates"', 'id="environment"')
     start = section.index(f">{run_id}</a>")
-    end = section.find("<h3>", start)
+    end = section.find("<h4>", start)
     return _rows(section[start : end if end != -1 else len(section)])
 
 
@@ -92,8 +92,8 @@ def test_simulated_numbers_stay_in_their_own_section(built):
     site, records = built
     html = _page(site, "harness")
     simulated_id = records["simulated"]["run_id"]
-    measured = _between(html, 'id="section-measured-cpu"', "</section>")
-    simulated = _between(html, 'id="section-simulated"', "</section>")
+    measured = _between(html, 'id="runs-measured-cpu"', "</table>")
+    simulated = _between(html, 'id="runs-simulated"', "</table>")
     assert simulated_id not in measured and "badge-simulated" not in measured
     assert simulated_id in simulated and "measured (cpu)" not in simulated
     peak = records["simulated"]["memory"]["per_rank"][0]["peak_bytes"]

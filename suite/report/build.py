@@ -1,7 +1,7 @@
 """Turn run records into a self-contained HTML site: index.html, one page per reproduction, one per run.
 
-Pages open from disk with no network: CSS and the table-sorting script are inlined, figures are data
-URIs, and a Content-Security-Policy forbids loading anything else and runs only the page's own script
+Pages open from disk with no network: CSS, the table-sorting script and the figures (SVG with real text)
+are inlined, and a Content-Security-Policy forbids loading anything else and runs only the page's own script
 (pinned by its hash), so a value from a record can never execute even if it slipped past escaping.
 """
 

@@ -1,7 +1,7 @@
 """Long-form tables cut from run records for the report's figures.
 
-Runs are grouped into arms: method and variant, plus model and world size when those differ within
-one page, so two configurations never share a line or a bar. Seeds stay separate until a band is drawn.
+Runs are grouped into arms (arms.py: method, variant, model, world size and protocol), so two
+configurations never share a line or a bar. Seeds stay separate until a band is drawn.
 """
 
 from __future__ import annotations
@@ -12,10 +12,12 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
+from suite.report.arms import Arm
+from suite.report.arms import key as arm_key
+
 # the memory meter's categories (suite/meters/memory.py CATEGORIES, not imported: the report imports no torch
 # module); records written before comm_buffers existed read 0 there
 MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "comm_buffers", "other")
-MAX_RANKS = 8  # per arm in the memory figure; more bars than this are unreadable
 
 
 def arm(record: dict) -> str:
@@ -29,11 +31,9 @@ def config(record: dict) -> str:
     return f"{record['model']['name']} x{record['parallel']['world_size']}"
 
 
-def arm_labels(records: list[dict]) -> list[str]:
-    """An arm label per record, with its configuration appended when configurations differ."""
-    if len({config(r) for r in records}) > 1:
-        return [f"{arm(r)} [{config(r)}]" for r in records]
-    return [arm(r) for r in records]
+def arm_labels(records: list[dict], page: dict[str, Arm]) -> list[str]:
+    """Each record's short arm label among the page's arms (arms.py)."""
+    return [page[arm_key(r)].label for r in records]
 
 
 def curves(records: list[dict], labels: list[str]) -> pd.DataFrame:
@@ -77,16 +77,25 @@ def seed_band(curve: pd.DataFrame, x: str, y: str, points: int = 60) -> pd.DataF
 
 
 def memory(records: list[dict], labels: list[str]) -> pd.DataFrame:
-    """Mean over seeds of each memory part, per arm and rank (the first MAX_RANKS ranks)."""
-    rows = [
-        {"arm": label, "rank": m["rank"], **{p: m.get(p, 0) for p in MEMORY_PARTS}}
-        for r, label in zip(records, labels)
-        for m in r["memory"]["per_rank"]
-        if m["rank"] < MAX_RANKS
-    ]
+    """Per arm: the largest rank's parts and peak, and the smallest rank's peak; means over seeds."""
+    rows = []
+    for r, label in zip(records, labels):
+        ranks = r["memory"]["per_rank"]
+        if not ranks:
+            continue
+        top = max(ranks, key=lambda m: m["peak_bytes"])
+        rows.append(
+            {
+                "arm": label,
+                **{p: top.get(p) or 0 for p in MEMORY_PARTS},
+                "peak": top["peak_bytes"],
+                "peak_low": min(m["peak_bytes"] for m in ranks),
+                "ranks": len(ranks),
+            }
+        )
     if not rows:
-        return pd.DataFrame(columns=["arm", "rank", *MEMORY_PARTS])
-    return pd.DataFrame(rows).groupby(["arm", "rank"], sort=False).mean().reset_index()
+        return pd.DataFrame(columns=["arm", *MEMORY_PARTS, "peak", "peak_low", "ranks"])
+    return pd.DataFrame(rows).groupby("arm", sort=False).mean().reset_index()
 
 
 def comm(records: list[dict], labels: list[str]) -> pd.DataFrame:
@@ -121,17 +130,17 @@ def reference_baseline(records: list[dict]) -> str | None:
     return "ddp" if "ddp" in counts else counts.most_common(1)[0][0]
 
 
-def throughput_ratios(records: list[dict]) -> tuple[pd.DataFrame, str | None]:
+def throughput_ratios(records: list[dict], labels: list[str]) -> tuple[pd.DataFrame, str | None]:
     """tokens/s of each arm over the reference baseline's, per configuration (medians over seeds)."""
     reference = reference_baseline(records)
     rows = [
         {
-            "arm": arm(r),
+            "arm": label,
             "method": r["method"],
             "config": config(r),
             "tokens_per_s": r["throughput"]["tokens_per_s"],
         }
-        for r in records
+        for r, label in zip(records, labels)
         if r["status"] == "complete" and r["throughput"]["tokens_per_s"]
     ]
     columns = ["arm", "config", "ratio"]

@@ -6,25 +6,49 @@ Contexts hold raw values (strings from records included); the templates escape t
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import pandas as pd
 
 from suite.claims import Claim
 from suite.records import to_dataframe
-from suite.report import figures, frames, tables
+from suite.report import arms as armlib
+from suite.report import figures, frames, glance, tables
 from suite.report.estimates import estimates_beside
+from suite.report.figures import Chart
 from suite.report.tables import Cell, Table, fmt_bytes, fmt_number
-from suite.verdicts import EVIDENCE, Verdict, evidence_label
+from suite.verdicts import EVIDENCE, Verdict, claim_frame, evidence_label
 
 
 @dataclass
 class Reproduction:
-    """A reproduction's runs and the verdicts on its claims (or why they could not be evaluated)."""
+    """A reproduction's runs and the verdicts on its claims (or why they could not be evaluated), with its
+    arms (labels and colours) and its claims-at-a-glance figures, drawn once for its page and the index."""
 
     name: str
     records: list[dict]
     verdicts: list[tuple[Claim, Verdict]]
     claims_error: str | None
     href: str  # relative to the site root
+    arms: dict[str, armlib.Arm] = field(default_factory=dict)
+    frame: pd.DataFrame = field(default_factory=pd.DataFrame)
+    glance: list[Chart] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.arms = armlib.arms(self.records) if self.records else {}
+        self.frame = claim_frame(self.records) if self.records else pd.DataFrame()
+        self.glance = glance.summary(self.verdicts, self.frame)
+
+    def label(self, record: dict) -> str:
+        return self.arms[armlib.key(record)].label
+
+    @property
+    def colours(self) -> dict[str, str]:
+        return {a.label: a.colour for a in self.arms.values()}
+
+    @property
+    def counts(self) -> list[tuple[str, int]]:
+        return glance.counts(self.verdicts)
 
 
 def claim_rows(repro: Reproduction, claim_href: str) -> Table:
@@ -62,6 +86,8 @@ def index_context(repros: list[Reproduction], skipped: list[tuple[str, str]], n_
                 "claims_error": r.claims_error,
                 "methods": sorted({rec["method"] for rec in r.records}),
                 "evidence": [e for e in EVIDENCE if e in {_label(rec) for rec in r.records}],
+                "counts": r.counts,
+                "glance": r.glance,
                 "claims": claim_rows(r, r.href) if r.verdicts else None,
             }
             for r in repros
@@ -70,48 +96,73 @@ def index_context(repros: list[Reproduction], skipped: list[tuple[str, str]], n_
 
 
 def reproduction_context(repro: Reproduction, run_hrefs: dict[int, str], records: list[dict]) -> dict:
-    """Claim cards, then one section per kind of evidence (runs table and figures), the estimates beside
-    measurements, then environments. `records` are all the site's runs (an estimate's measurement may
-    belong to another reproduction); `run_hrefs` link each of them."""
+    """Claims first (at a glance, the table, the cards), then what was run (the arms and the runs), then
+    the measurements behind them (one section per kind of evidence, the estimates beside measurements), then
+    environments. `records` are all the site's runs (an estimate's measurement may belong to another
+    reproduction); `run_hrefs` link each of them."""
     by_id = {rec["run_id"]: run_hrefs[id(rec)] for rec in repro.records}
+    labels = {rec["run_id"]: repro.label(rec) for rec in repro.records}
+    order = {key: i for i, key in enumerate(repro.arms)}
+    ordered = sorted(repro.records, key=lambda r: (order[armlib.key(r)], r["env"]["seed"]))
     sections = []
     for label in EVIDENCE:
-        subset = [rec for rec in repro.records if _label(rec) == label]
+        subset = [rec for rec in ordered if _label(rec) == label]
         if subset:
-            sections.append(_section(label, subset, [run_hrefs[id(rec)] for rec in subset]))
+            sections.append(_section(repro, label, subset, [run_hrefs[id(rec)] for rec in subset]))
     return {
         "title": f"Reproduction: {repro.name}",
         "root": "../",
         "runs": len(repro.records),
         "claims_error": repro.claims_error,
+        "counts": repro.counts,
+        "glance": repro.glance,
         "claims": claim_rows(repro, ""),
-        "cards": [_card(c, v, by_id) for c, v in repro.verdicts],
+        "cards": [_card(c, v, by_id, repro, labels) for c, v in repro.verdicts],
+        "arms": arm_table(repro),
         "sections": sections,
         "estimates": estimates_beside(repro.records, records, run_hrefs),
         "environment": tables.env_table(repro.records),
     }
 
 
-def _section(label: str, records: list[dict], hrefs: list[str]) -> dict:
-    arms = frames.arm_labels(records)
-    ratios, reference = frames.throughput_ratios(records)
+def arm_table(repro: Reproduction) -> Table:
+    """The legend of every figure on the page: each arm's label and colour, its full configuration, its runs."""
+    table = Table(["arm", "configuration", "runs", "evidence"], css="arms")
+    for key, arm in repro.arms.items():
+        runs = [r for r in repro.records if armlib.key(r) == key]
+        evidence = ", ".join(e for e in EVIDENCE if e in {_label(r) for r in runs})
+        table.rows.append(
+            [
+                Cell(arm.label, arm.label, colour=arm.colour),
+                tables.text(arm.config),
+                tables.number(len(runs)),
+                tables.text(evidence),
+            ]
+        )
+    return table
+
+
+def _section(repro: Reproduction, label: str, records: list[dict], hrefs: list[str]) -> dict:
+    names = [repro.label(r) for r in records]
+    colours = repro.colours
+    ratios, reference = frames.throughput_ratios(records, names)
     geomeans = frames.geometric_means(ratios)
     charts = [
-        figures.loss_curves(frames.curves(records, arms), label),
-        figures.memory_bars(frames.memory(records, arms), label),
-        figures.comm_bytes(frames.comm(records, arms), label),
-        figures.throughput(ratios, geomeans, reference, label) if reference else None,
+        figures.loss_curves(frames.curves(records, names), label, colours),
+        figures.memory_bars(frames.memory(records, names), label),
+        figures.comm_bytes(frames.comm(records, names), label),
+        figures.throughput(ratios, geomeans, reference, label, colours) if reference else None,
     ]
     return {
         "label": label,
-        "runs": tables.runs_table(records, to_dataframe(records), hrefs),
+        "runs": tables.runs_table(records, to_dataframe(records), hrefs, names, repro),
         "charts": [c for c in charts if c is not None],
         "reference": reference,
         "throughput": tables.throughput_table(ratios, geomeans, label) if not ratios.empty else None,
     }
 
 
-def _card(claim: Claim, verdict: Verdict, run_hrefs: dict[str, str]) -> dict:
+def _card(claim: Claim, verdict: Verdict, run_hrefs: dict[str, str], repro: Reproduction, labels: dict) -> dict:
     spec = ", ".join(
         f"{k}={json.dumps(v) if isinstance(v, dict) else v}" for k, v in claim.metric.items() if k != "name"
     )
@@ -128,6 +179,7 @@ def _card(claim: Claim, verdict: Verdict, run_hrefs: dict[str, str]) -> dict:
         "measured": _measured(verdict, claim.unit),
         "baseline": None if verdict.baseline is None else f"{fmt_number(verdict.baseline)} {claim.unit}".strip(),
         "band": verdict.band,
+        "figure": glance.claim_runs(claim, verdict, repro.frame, labels, repro.colours),
         "calibration": figures.calibration_sweep(
             list(verdict.calibration),
             claim.calibrate.value if claim.calibrate else 0.0,
@@ -235,6 +287,7 @@ def run_context(record: dict, reproduction_href: str | None) -> dict:
             _ledger(record),
         ),
     ]
+    memory = figures.memory_per_rank(record["memory"]["per_rank"], _label(record))
     raw = json.dumps({k: v for k, v in record.items() if k != "_path"}, indent=1)
     return {
         "title": f"Run: {record['run_id']}",
@@ -245,6 +298,7 @@ def run_context(record: dict, reproduction_href: str | None) -> dict:
         "reproduction_href": reproduction_href,
         "fields": [(title, tables.mapping_table(values)) for title, values in fields if values],
         "sections": sections,
+        "charts": [memory] if memory else [],
         "raw": raw,
     }
 

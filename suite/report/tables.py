@@ -22,6 +22,7 @@ class Cell:
     sort: str | float = ""  # numbers sort numerically in the page's script; "" sorts last
     href: str | None = None
     badge: str | None = None  # a provenance or verdict label shown as a badge
+    colour: str | None = None  # an arm's colour ("#rrggbb"), shown as a swatch before the text
 
 
 @dataclass(frozen=True)
@@ -74,19 +75,19 @@ def text(value: Any, href: str | None = None) -> Cell:
     return Cell(value, value, href)
 
 
-def runs_table(records: list[dict], rows: pd.DataFrame, hrefs: list[str]) -> Table:
-    """One row per run; `rows` are its summary rows (suite.records.to_dataframe) in the same order."""
+def runs_table(records: list[dict], rows: pd.DataFrame, hrefs: list[str], labels: list[str], page: Any) -> Table:
+    """One row per run; `rows` are its summary rows (suite.records.to_dataframe) in the same order, `labels`
+    their arms; the variant parameters that vary on the page are columns of their own."""
+    varying = list(next(iter(page.arms.values())).varying) if page.arms else []
     columns = [
         "run",
+        "arm",
         "provenance",
         "status",
-        "method",
-        "variant",
-        "baseline",
-        "model",
-        "params",
-        "world size",
         "seed",
+        *varying,
+        "model",
+        "world size",
         "protocol",
         "steps",
         "tokens",
@@ -99,21 +100,21 @@ def runs_table(records: list[dict], rows: pd.DataFrame, hrefs: list[str]) -> Tab
         "final train loss",
         "final val loss",
     ]
+    colours = page.colours
     table = Table(columns, css="runs")
-    for record, (_, row), href in zip(records, rows.iterrows(), hrefs):
+    for record, (_, row), href, label in zip(records, rows.iterrows(), hrefs, labels):
         badge = evidence_label(record["provenance"], record["env"]["device"])
+        values = {k: v for k, v in record["variant"].items()}
         table.rows.append(
             [
                 text(row["run_id"], href),
+                Cell(label, label, colour=colours.get(label)),
                 Cell(badge, badge, badge=badge),
                 text(row["status"]),
-                text(row["method"]),
-                text(record["variant"] or None),
-                text(bool(row["baseline"])),
-                text(row["model"]),
-                number(row["params"]),
-                number(row["world_size"]),
                 number(row["seed"]),
+                *[text(values.get(k)) for k in varying],
+                text(row["model"]),
+                number(row["world_size"]),
                 text(row["protocol"]),
                 number(row["steps"]),
                 number(row["tokens"]),
@@ -131,11 +132,14 @@ def runs_table(records: list[dict], rows: pd.DataFrame, hrefs: list[str]) -> Tab
 
 
 def throughput_table(ratios: pd.DataFrame, geomeans: pd.Series, badge: str) -> Table:
+    """One row per arm and configuration; an arm's geometric mean only where it ran several configurations."""
     table = Table(["arm", "configuration", "tokens/s ratio"])
+    several = ratios.groupby("arm", sort=False)["config"].nunique()
     for _, row in ratios.iterrows():
         table.rows.append([text(row["arm"]), text(row["config"]), number(row["ratio"], badge=badge)])
     for arm, value in geomeans.items():
-        table.rows.append([text(arm), text("geometric mean"), number(value, badge=badge)])
+        if several.get(arm, 0) > 1:
+            table.rows.append([text(arm), text("geometric mean"), number(value, badge=badge)])
     return table
 
 

@@ -1,0 +1,171 @@
+"""Arms: the configurations a page compares, with short labels and one colour each for the whole page.
+
+A label is the method plus only what tells its runs apart on the page: the variant parameters that vary
+among the method's runs, and the model, world size and protocol where those vary. Boolean switches read as
+"+ac", strings as their value ("dense"), numbers as "C=0.5"; a parameter that follows from the model and
+world size already named is left out. Where two configurations would still share a label, every varying
+parameter is spelled key=value. The full configuration of each label is in the page's legend table.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+
+import seaborn as sns
+
+OFF = ("none", "off", "")
+PROVENANCE_ORDER = {"measured": 0, "estimated": 1, "simulated": 2}
+# Strong colours only, grey left out: grey and hollow markers mean "shown, not judged" in the claim figures.
+PALETTE = [
+    c
+    for name in ("tab10", "Dark2", "Set1")
+    for c in sns.color_palette(name).as_hex()
+    if c not in ("#7f7f7f", "#666666", "#999999", "#ffff33", "#bcbd22")
+]  # string values that mean "not used": left out of a label
+
+
+@dataclass(frozen=True)
+class Arm:
+    label: str
+    colour: str  # "#rrggbb"
+    config: str  # the full configuration in words
+    varying: dict[str, str]  # the varying parameters' values, for the runs table's columns
+
+
+def key(record: dict) -> str:
+    """What makes two runs the same arm: method, variant, model, world size and protocol (not the seed)."""
+    return json.dumps(
+        [
+            record["method"],
+            record["variant"],
+            record["model"]["name"],
+            record["parallel"]["world_size"],
+            record["protocol"]["kind"],
+        ],
+        sort_keys=True,
+    )
+
+
+def _value(value: object) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def _dims(record: dict) -> dict[str, object]:
+    return {
+        **{f"variant.{k}": v for k, v in record["variant"].items()},
+        "model": record["model"]["name"],
+        "world size": record["parallel"]["world_size"],
+        "protocol": record["protocol"]["kind"],
+    }
+
+
+def _varies(records: list[dict], name: str) -> bool:
+    return len({_value(_dims(r).get(name)) for r in records}) > 1
+
+
+def _follows(records: list[dict], name: str, by: tuple[str, ...]) -> bool:
+    """Whether `name` is one value for each value of `by` among `records` (so naming `by` names it)."""
+    seen: dict[str, str] = {}
+    for r in records:
+        dims = _dims(r)
+        given, value = json.dumps([_value(dims.get(b)) for b in by]), _value(dims.get(name))
+        if seen.setdefault(given, value) != value:
+            return False
+    return True
+
+
+def _common(records: list[dict], name: str) -> str:
+    """The most frequent value of a dimension: a label leaves it out, as the default."""
+    return Counter(_value(_dims(r).get(name)) for r in records).most_common(1)[0][0]
+
+
+def _shown(records: list[dict]) -> dict[str, dict[str, str]]:
+    """Per method, the dimensions its labels name, each with the value a label leaves out."""
+    page = ["model"] if _varies(records, "model") else []
+    if any(_varies([r for r in records if r["model"]["name"] == m], "world size") for m in _models(records)):
+        page.append("world size")
+    shown = {}
+    for method in dict.fromkeys(r["method"] for r in records):
+        runs = [r for r in records if r["method"] == method]
+        names = sorted({n for r in runs for n in _dims(r) if n.startswith("variant.")})
+        names = [n for n in names if _varies(runs, n)]
+        for name in sorted(names, key=lambda n: (not n.islower(), n), reverse=True):
+            others = tuple(n for n in names if n != name) + tuple(page)
+            if others and _follows(runs, name, others):
+                names.remove(name)
+        dims = {n: _common(runs, n) for n in names}
+        dims |= {n: _common(records, n) for n in page}
+        if _varies(runs, "protocol"):
+            kinds = {r["protocol"]["kind"] for r in runs}
+            dims["protocol"] = "tokens" if "tokens" in kinds else _common(runs, "protocol")
+        shown[method] = dims
+    return shown
+
+
+def _models(records: list[dict]) -> list[str]:
+    return list(dict.fromkeys(r["model"]["name"] for r in records))
+
+
+PROTOCOL_WORDS = {"tokens": "token-matched", "flops": "flop-matched", "time": "time-matched"}
+
+
+def _label(record: dict, names: dict[str, str], spelled: bool) -> str:
+    """`names`: the dimensions to name and their default value, which a short label leaves out."""
+    dims, head, parts = _dims(record), record["method"], []
+    for name, default in names.items():
+        value, short = dims.get(name), name.removeprefix("variant.")
+        usual = _value(value) == default and not spelled
+        numeric = isinstance(value, (int, float)) and not isinstance(value, bool) and name.startswith("variant.")
+        if value is None or usual and not numeric:
+            continue
+        if name == "model":
+            parts.append(str(value))
+        elif name == "world size":
+            parts.append(f"n{value}")
+        elif name == "protocol":
+            parts.append(PROTOCOL_WORDS.get(str(value), f"to {value}"))
+        elif spelled:
+            parts.append(f"{short}={_value(value)}")
+        elif isinstance(value, bool):
+            head += f"+{short}" if value else ""
+        elif isinstance(value, str):
+            parts.append("" if value.lower() in OFF else value)
+        else:
+            parts.append(f"{short}={_value(value)}")
+    return " ".join([head, *[p for p in parts if p]])
+
+
+def describe(record: dict) -> str:
+    """The full configuration in words, for the legend table."""
+    variant = " ".join(f"{k}={_value(v)}" for k, v in sorted(record["variant"].items()))
+    return (
+        f"{record['method']}{' ' + variant if variant else ''}; {record['model']['name']} on "
+        f"{record['parallel']['world_size']} ranks; equal {record['protocol']['kind']}"
+    )
+
+
+def arms(records: list[dict]) -> dict[str, Arm]:
+    """Every arm of the page by key(record): measured before estimated before simulated, baselines first
+    within each, then in the order the records list them."""
+    ordered = sorted(records, key=lambda r: (PROVENANCE_ORDER.get(r["provenance"], 9), not r["baseline"]))
+    firsts = {key(r): r for r in reversed(ordered)}
+    firsts = {k: firsts[k] for k in dict.fromkeys(key(r) for r in ordered)}
+    shown = _shown(records)
+    labels = {k: _label(r, shown[r["method"]], spelled=False) for k, r in firsts.items()}
+    if len(set(labels.values())) < len(labels):
+        labels = {k: _label(r, shown[r["method"]], spelled=True) for k, r in firsts.items()}
+    if len(set(labels.values())) < len(labels):  # something outside the dimensions differs: number them
+        labels = {k: f"{label} #{i}" for i, (k, label) in enumerate(labels.items(), 1)}
+    palette = PALETTE if len(firsts) <= len(PALETTE) else sns.color_palette("husl", len(firsts)).as_hex()
+    columns = sorted({n for r in records for n in _dims(r) if n.startswith("variant.") and _varies(records, n)})
+    return {
+        k: Arm(
+            labels[k],
+            colour,
+            describe(r),
+            {c.removeprefix("variant."): _value(_dims(r).get(c, "—")) for c in columns},
+        )
+        for (k, r), colour in zip(firsts.items(), palette)
+    }

@@ -1,0 +1,332 @@
+"""Claims at a glance: every claim of a reproduction in one view, and each card's figure of its runs.
+
+Ratio claims share one log axis: the paper's value (a black tick) inside its band (grey), our value with
+what was judged against the band (the seeds' interval or the range over settings), and values shown beside
+the verdict (projections, other settings) in grey. Other claims (quality, absolute values) get a small panel
+each with every seed of the method and of the baseline. The marker tells measured (circle), estimated
+(diamond) and projected (simulated: triangle) apart; the colour is the verdict, which is also written out.
+Seed values are read from the records the verdict names (Verdict.run_ids), through suite.verdicts.claim_frame.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.transforms import blended_transform_factory
+
+from suite.claims import Claim
+from suite.report.figures import Chart, chart, figure, margins, safe, text_inches, wrap
+from suite.verdicts import VERDICTS, Verdict
+
+COLOURS = {
+    "reproduced": "#137333",
+    "exceeded": "#0b57d0",
+    "fell short": "#c5221f",
+    "inconclusive": "#b08800",
+    "not testable here": "#80868b",
+    "measured, no paper value": "#5b6fa8",
+}
+MARKERS = {"measured": "o", "estimated": "D", "projected": "^"}
+SHOWN = "#7d7d7d"
+VERDICT_WIDTH = text_inches(["measured, no paper value"]) + 0.2
+
+
+def kind(evidence: str | None) -> str:
+    """measured, estimated or projected (suite/sim's simulated records project time)."""
+    if evidence is None or evidence.startswith("measured"):
+        return "measured"
+    return "projected" if evidence == "simulated" else "estimated"
+
+
+def counts(verdicts: list[tuple[Claim, Verdict]]) -> list[tuple[str, int]]:
+    """How many claims got each verdict word, in the order of VERDICTS; words no claim got are left out."""
+    n = Counter(v.verdict for _, v in verdicts)
+    return [(word, n[word]) for word in VERDICTS if n[word]]
+
+
+def on_ratio_axis(claim: Claim) -> bool:
+    return claim.metric.get("name") == "ratio"
+
+
+def _values(frame: pd.DataFrame, run_ids: tuple[str, ...], field: str | None) -> pd.DataFrame:
+    """The rows of these runs with a finite `field` (seed values), or an empty frame."""
+    if frame.empty or not field or field not in frame.columns or not run_ids:
+        return pd.DataFrame(columns=["run_id", "method", "evidence", "value"])
+    rows = frame[frame["run_id"].isin(run_ids)]
+    values = pd.to_numeric(rows[field], errors="coerce")
+    rows = rows.assign(value=values)[np.isfinite(values.to_numpy(dtype=float))]
+    return rows
+
+
+def _has_panel(claim: Claim, verdict: Verdict, frame: pd.DataFrame) -> bool:
+    return not on_ratio_axis(claim) and not _values(frame, verdict.run_ids, claim.metric.get("field")).empty
+
+
+def summary(verdicts: list[tuple[Claim, Verdict]], frame: pd.DataFrame) -> list[Chart]:
+    """The ratio chart (every claim without a panel of its own) and the panels of the other claims."""
+    rows = [(c, v) for c, v in verdicts if not _has_panel(c, v, frame)]
+    panels = [(c, v) for c, v in verdicts if _has_panel(c, v, frame)]
+    charts = [ratio_chart(rows), panel_chart(panels, frame)]
+    return [c for c in charts if c is not None]
+
+
+def _band(claim: Claim) -> tuple[float, float] | None:
+    paper = claim.paper_range
+    if paper is None:
+        return None
+    tolerance = claim.band.value if claim.band else 0.0
+    return paper[0] - tolerance, paper[1] + tolerance
+
+
+def _judged(verdict: Verdict) -> tuple[float, float] | None:
+    if verdict.interval is not None:
+        return verdict.interval
+    if verdict.measured is not None and verdict.spread:
+        return verdict.measured - verdict.spread, verdict.measured + verdict.spread
+    return None
+
+
+def _verdict_text(ax, y: float, verdict: str) -> None:
+    where = blended_transform_factory(ax.transAxes, ax.transData)
+    ax.text(1.01, y, verdict, transform=where, color=COLOURS[verdict], va="center", fontsize="small", weight="bold")
+
+
+def ratio_chart(rows: list[tuple[Claim, Verdict]]) -> Chart | None:
+    if not rows:
+        return None
+    ids = [safe(c.id) for c, _ in rows]
+    fig, axes = figure(11, 0.34 * len(rows) + 1.3)
+    ax = axes[0, 0]
+    seen: list[float] = []
+    ratio_rows = 0
+    for y, (claim, verdict) in enumerate(rows):
+        colour = COLOURS[verdict.verdict]
+        band = _band(claim) if on_ratio_axis(claim) else None
+        if band is not None and band[0] > 0:
+            ax.barh(y, band[1] - band[0], left=band[0], height=0.6, color="#dadce0", zorder=1)
+            for value in set(claim.paper_range):
+                ax.plot([value, value], [y - 0.3, y + 0.3], color="black", linewidth=1.5, zorder=2)
+            seen += list(band)
+        drawn = on_ratio_axis(claim) and verdict.measured is not None and verdict.measured > 0
+        if drawn:
+            judged = _judged(verdict)
+            if judged is not None and judged[0] > 0 and judged[1] > judged[0]:
+                ax.plot(judged, [y, y], color=colour, linewidth=2.5, zorder=3)
+                seen += list(judged)
+            ax.scatter(
+                verdict.measured,
+                y,
+                marker=MARKERS[kind(verdict.provenance)],
+                s=55,
+                color=colour,
+                zorder=4,
+                edgecolors="white",
+                linewidths=0.8,
+            )
+            seen.append(verdict.measured)
+        for shown in verdict.shown if on_ratio_axis(claim) else ():
+            if shown.value > 0:
+                ax.scatter(
+                    shown.value,
+                    y,
+                    marker=MARKERS[kind(shown.evidence)],
+                    s=40,
+                    facecolors="white",
+                    edgecolors=SHOWN,
+                    linewidths=1.3,
+                    zorder=3,
+                )
+                seen.append(shown.value)
+                drawn = True
+        ratio_rows += band is not None or drawn
+        if not drawn:
+            note = "no run here" if not verdict.run_ids else "no value on this axis"
+            where = blended_transform_factory(ax.transAxes, ax.transData)
+            ax.text(0.005, y, note, transform=where, va="center", fontsize="small", color=SHOWN, style="italic")
+        _verdict_text(ax, y, verdict.verdict)
+    _log_limits(ax, seen)
+    ax.set_yticks(range(len(rows)), ids)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.grid(axis="y", visible=False)
+    ax.set_xlabel("method ÷ baseline (log scale)" if ratio_rows else "")
+    ax.legend(
+        handles=_legend_handles(),
+        loc="lower left",
+        bbox_to_anchor=(0.0, 1.0),
+        ncol=4,
+        frameon=False,
+        fontsize="small",
+    )
+    margins(fig, left=0.3 + text_inches(ids), right=VERDICT_WIDTH, bottom=0.55, top=0.65)
+    return chart(
+        fig,
+        "Claims at a glance: ratio claims and claims without runs here",
+        "Black tick: the paper's value; grey bar: its band. Marker: our value (circle measured, diamond "
+        "estimated); coloured line: what was judged against the band (the seeds' 95% interval or the range over "
+        "settings). Hollow grey markers are shown beside the verdict, not judged (triangle: projected by "
+        "suite/sim). Colour and the word on the right: the verdict.",
+    )
+
+
+def _log_limits(ax, values: list[float]) -> None:
+    values = [v for v in values if v > 0 and math.isfinite(v)]
+    low, high = (min(values), max(values)) if values else (0.5, 2.0)
+    low, high = min(low, 1.0), max(high, 1.0)
+    ax.set_xscale("log")
+    ax.set_xlim(low / 1.3, high * 1.3)
+    ax.axvline(1.0, color="#999999", linewidth=0.8, linestyle=":", zorder=0)
+    if high / low < 30:  # a few decades at most: label plain numbers, not powers of ten
+        ticks = [t for t in (0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1, 1.5, 2, 3, 5, 10, 20) if low / 1.3 <= t <= high * 1.3]
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.xaxis.set_minor_formatter("")
+
+
+def _legend_handles() -> list:
+    def marker(shape: str, label: str, hollow: bool = False) -> Line2D:
+        return Line2D(
+            [],
+            [],
+            marker=shape,
+            linestyle="",
+            color="#3c4043",
+            markerfacecolor="white" if hollow else "#3c4043",
+            markeredgecolor=SHOWN if hollow else "#3c4043",
+            label=label,
+            markersize=7,
+        )
+
+    return [
+        Line2D([], [], color="black", marker="|", linestyle="", markersize=12, label="paper's value"),
+        Patch(color="#dadce0", label="paper's band"),
+        marker(MARKERS["measured"], "measured"),
+        marker(MARKERS["estimated"], "estimated"),
+        marker(MARKERS["projected"], "projected (shown)", hollow=True),
+        marker(MARKERS["measured"], "other setting (shown)", hollow=True),
+    ]
+
+
+def panel_chart(panels: list[tuple[Claim, Verdict]], frame: pd.DataFrame) -> Chart | None:
+    """A panel per claim: every seed of the method (verdict colour) and of the baseline (grey), their means."""
+    if not panels:
+        return None
+    cols = 1 if len(panels) == 1 else 2
+    grid_rows = math.ceil(len(panels) / cols)
+    fig, axes = figure(11, 1.55 * grid_rows + 0.2, grid_rows, cols)
+    labels: list[str] = []
+    for ax, (claim, verdict) in zip(axes.flat, panels):
+        labels += _panel(ax, claim, verdict, frame)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.set_visible(False)
+    gap = (text_inches(labels) + 0.3) / (11 / cols)  # room for the right panel's row labels
+    margins(fig, left=0.3 + text_inches(labels), right=0.2, bottom=0.55, top=0.35, hspace=1.2, wspace=0.15 + gap)
+    return chart(
+        fig,
+        "Claims at a glance: quality and other claims, every seed",
+        "Filled: the method's seeds (colour: the verdict); hollow grey: the baseline's; a vertical stroke marks "
+        "each arm's mean; shaded: the test's margin around the baseline's mean, or the paper's band.",
+    )
+
+
+def _panel(ax, claim: Claim, verdict: Verdict, frame: pd.DataFrame) -> list[str]:
+    rows = _values(frame, verdict.run_ids, claim.metric.get("field"))
+    method = claim.metric.get("method", "")
+    baseline = claim.metric.get("baseline", "")
+    arms = [(safe(method, 20), rows[rows["method"] == method]["value"])]
+    if baseline and baseline != method:
+        arms.append((safe(baseline, 20), rows[rows["method"] == baseline]["value"]))
+    colour = COLOURS[verdict.verdict]
+    for y, (_, values) in enumerate(arms):
+        method_arm = y == 0
+        ax.scatter(
+            values,
+            [y] * len(values),
+            s=36,
+            zorder=3,
+            marker=MARKERS[kind(verdict.provenance)],
+            facecolors=colour if method_arm else "white",
+            edgecolors=colour if method_arm else SHOWN,
+            linewidths=1.2,
+        )
+        if len(values):
+            ax.plot([values.mean()] * 2, [y - 0.3, y + 0.3], color=colour if method_arm else SHOWN, linewidth=2)
+    margin = claim.margin.value if claim.margin else None
+    if len(arms) > 1 and len(arms[1][1]) and margin:
+        centre = float(arms[1][1].mean())
+        worse = 1 if claim.better == "lower" else -1
+        span = (
+            (centre - margin, centre + margin)
+            if claim.test == "equivalence"
+            else sorted((centre, centre + worse * margin))
+        )
+        ax.axvspan(*span, color="#dadce0", zorder=0)
+    band = _band(claim)
+    if band is not None and len(arms) == 1:
+        ax.axvspan(*band, color="#dadce0", zorder=0)
+    ax.set_yticks(range(len(arms)), [a for a, _ in arms])
+    ax.set_ylim(len(arms) - 0.4, -0.6)
+    ax.grid(axis="y", visible=False)
+    ax.set_title(safe(claim.id), loc="left", fontsize="small")
+    ax.set_title(verdict.verdict, loc="right", fontsize="small", color=colour, weight="bold")
+    ax.set_xlabel(wrap(claim.unit or claim.metric.get("field", "")), fontsize="small")
+    ax.tick_params(labelsize="small")
+    ax.xaxis.get_offset_text().set_fontsize("small")
+    return [a for a, _ in arms]
+
+
+def claim_runs(
+    claim: Claim, verdict: Verdict, frame: pd.DataFrame, labels: dict[str, str], colours: dict[str, str]
+) -> Chart | None:
+    """A card's figure: the claim's field in every run it used (and the runs shown beside), one row per arm."""
+    field = claim.metric.get("field")
+    run_ids = tuple(dict.fromkeys([*verdict.run_ids, *(r for s in verdict.shown for r in s.run_ids)]))
+    rows = _values(frame, run_ids, field)
+    if rows.empty:
+        return None
+    rows = rows.assign(arm=[labels.get(r, m) for r, m in zip(rows["run_id"], rows["method"])])
+    arms = list(dict.fromkeys(rows["arm"]))
+    divisor, unit = _unit(field, float(rows["value"].abs().max()))
+    fig, axes = figure(5.2, 0.3 * len(arms) + 0.95)
+    ax = axes[0, 0]
+    for y, arm in enumerate(arms):
+        mine = rows[rows["arm"] == arm]
+        for evidence, points in mine.groupby("evidence"):
+            ax.scatter(
+                points["value"] / divisor,
+                [y] * len(points),
+                marker=MARKERS[kind(evidence)],
+                s=34,
+                color=colours.get(arm, "#3c4043"),
+                edgecolors="white",
+                linewidths=0.6,
+                zorder=3,
+            )
+    names = [safe(a) for a in arms]
+    ax.set_yticks(range(len(arms)), names, fontsize="small")
+    ax.set_ylim(len(arms) - 0.5, -0.5)
+    ax.grid(axis="y", visible=False)
+    ax.tick_params(axis="x", labelsize="small")
+    ax.xaxis.get_offset_text().set_fontsize("small")
+    ax.set_xlabel(wrap(f"{field}{f' ({unit})' if unit else ''}"), fontsize="small")
+    if unit or on_ratio_axis(claim) and (rows["value"] >= 0).all():  # amounts: bars of length from zero
+        ax.set_xlim(0, float(rows["value"].max()) / divisor * 1.08)
+    margins(fig, left=0.25 + 0.9 * text_inches(names), bottom=0.5, right=0.2, top=0.1)
+    return chart(
+        fig,
+        f"{field} in the runs behind {claim.id}",
+        "One marker per run (seed or setting), in the arm's colour on this page; circle measured, diamond "
+        "estimated, triangle projected.",
+    )
+
+
+def _unit(field: str | None, largest: float) -> tuple[float, str]:
+    if field and "bytes" in field:
+        for power, unit in ((4, "TiB"), (3, "GiB"), (2, "MiB"), (1, "KiB")):
+            if largest >= 1024**power:
+                return 1024.0**power, unit
+        return 1.0, "bytes"
+    return 1.0, ""
