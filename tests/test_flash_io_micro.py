@@ -1,5 +1,6 @@
 """flash-io's microbenchmark items, IO meter, plan, Nsight Compute wrapper and bench pair."""
 
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -159,3 +160,20 @@ def test_pair_names_declared_methods():
     assert (pair.method.method, pair.baseline.method) == ("sdpa-flash", "sdpa-math")
     assert pair.method.run_config(Path("/tmp")).seq_len == 1024
     assert {m.name for m in REPRODUCTION.methods} == {"sdpa-flash", "sdpa-math"}
+
+
+def test_gpu_preset_holds_the_papers_configuration(monkeypatch):
+    flash_plan = importlib.import_module("reproductions.flash_io.plan")  # the package's `plan` is the function
+
+    monkeypatch.setattr(flash_plan.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(flash_plan, "available_backends", lambda device: ["math", "flash", "efficient", "cudnn"])
+    plan = load_plan("flash-io", "gpu")
+    items = {item.name: item for item in plan.micro}
+    assert all(r.device == "cuda" for r in plan.runs)
+    for name in ("sdpa-gpt2", "profile-gpt2", "dram-gpt2"):
+        assert items[name].device == "cuda"
+        assert {s["backend"] for s in items[name].shapes} == {"math", "flash", "efficient", "cudnn"}
+        assert all((s["n"], s["d"], s["batch"], s["heads"]) == (1024, 64, 64, 16) for s in items[name].shapes)
+    assert all(s["dtype"] == "float16" for s in items["sdpa-n"].shapes)
+    assert items["matmul"].shapes == [dict(n=8192, dtype="float16")]
+    assert load_plan("flash-io", "paper").notes
