@@ -1,14 +1,17 @@
-"""The report in headless Chromium: no console errors, every figure loads, sorting works, not blank.
+"""The report in headless Chromium: no console errors, figures titled and legible, sorting works, fast.
 
 A probe script is put first in <head> of a copy of each page (before the page's Content-Security-
 Policy, which would refuse it later in the document). It records script errors, console errors,
 refused resources, failed images and alert() calls into attributes of <html>, which --dump-dom
-prints once the page has loaded. A second run takes a screenshot, checked for more than one colour.
+prints once the page has loaded. It also measures every text of every figure as laid out: longer than
+40 characters, ending cut ("…"), reaching outside its figure or overlapping another text is a problem.
+Screenshots of the index and of a reproduction page are written for a person to look at.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -17,9 +20,13 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from suite.records import load_records
+from suite.report import build_report_for
 from tests.report_fixtures import built_study
 
 CHROMIUM = Path("/usr/bin/chromium")
+# the committed SDP records; SDP_RESULTS points elsewhere (a copy) while they are being regenerated
+SDP_RESULTS = Path(os.environ.get("SDP_RESULTS", Path(__file__).resolve().parents[1] / "results" / "sdp-smoke"))
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium: apt-get install -y chromium")
 
 PROBE = """<script>
@@ -35,7 +42,35 @@ PROBE = """<script>
   console.error = function () { note("console", Array.prototype.join.call(arguments, " ")); consoleError.apply(console, arguments); };
   window.alert = function (m) { note("alert", String(m)); };
   document.addEventListener("securitypolicyviolation", function (e) { note("refused", e.violatedDirective + " " + e.blockedURI); });
+  function figures() {
+    var found = [], all = Array.prototype.slice.call(document.querySelectorAll("figure"));
+    root.setAttribute("data-figures", all.length);
+    all.forEach(function (figure, index) {
+      var svg = figure.querySelector("svg"), title = svg && svg.querySelector("title");
+      if (!(svg && svg.getAttribute("role") === "img" && title && title.textContent.trim())) {
+        found.push("figure " + index + " has no text alternative");
+        return;
+      }
+      var box = svg.getBoundingClientRect();
+      var texts = Array.prototype.map.call(svg.querySelectorAll("text"), function (t) {
+        return {words: t.textContent, r: t.getBoundingClientRect()};
+      }).filter(function (t) { return t.words.trim() && t.r.width > 0; });
+      texts.forEach(function (t) {
+        if (t.words.length > 40 || /(\\u2026|\\.\\.\\.)$/.test(t.words)) found.push("long or cut: " + t.words);
+        if (t.r.left < box.left - 1 || t.r.right > box.right + 1 || t.r.top < box.top - 1 || t.r.bottom > box.bottom + 1)
+          found.push("outside its figure: " + t.words);
+      });
+      for (var i = 0; i < texts.length; i++) for (var j = i + 1; j < texts.length; j++) {
+        var a = texts[i].r, b = texts[j].r;
+        var w = Math.min(a.right, b.right) - Math.max(a.left, b.left), h = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
+        if (w > 1 && h > 1) found.push("overlapping: " + texts[i].words + " / " + texts[j].words);
+      }
+    });
+    return found;
+  }
   window.addEventListener("load", function () {
+    root.setAttribute("data-loadms", Math.round(performance.now()));
+    root.setAttribute("data-texts", JSON.stringify(figures()));
     var images = Array.prototype.slice.call(document.images);
     root.setAttribute("data-images", images.length);
     root.setAttribute("data-loaded", images.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length);
@@ -55,7 +90,7 @@ PROBE = """<script>
 </script>"""
 
 
-def chromium(tmp: Path, *args: str) -> subprocess.CompletedProcess:
+def chromium(tmp: Path, *args: str, budget: bool = True) -> subprocess.CompletedProcess:
     profile = tmp / "profile"
     command = [
         str(CHROMIUM),
@@ -67,28 +102,37 @@ def chromium(tmp: Path, *args: str) -> subprocess.CompletedProcess:
         "--disable-background-networking",
         "--disable-component-update",
         "--disable-sync",
+        "--hide-scrollbars",
         f"--user-data-dir={profile}",
-        "--virtual-time-budget=5000",
+        "--window-size=1400,1000",
+        *(["--virtual-time-budget=5000"] if budget else []),
         *args,
     ]
     try:
-        return subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
+        return subprocess.run(command, capture_output=True, text=True, timeout=90, check=True)
     finally:
         shutil.rmtree(profile, ignore_errors=True)
 
 
-def probe(page: Path, tmp: Path) -> dict[str, str]:
-    """Load a probed copy of `page` (beside it, so its relative links still work) and read the probe's attributes."""
+def probe(page: Path, tmp: Path, budget: bool = True) -> dict[str, str]:
+    """Load a probed copy of `page` (beside it, so its relative links still work) and read the probe's
+    attributes. Without the virtual time budget, the load time is the real one."""
     copy = page.with_name(f"probed-{page.name}")
     copy.write_text(page.read_text().replace("<head>", "<head>" + PROBE, 1))
     try:
-        dom = chromium(tmp, "--dump-dom", copy.as_uri()).stdout
+        dom = chromium(tmp, "--dump-dom", copy.as_uri(), budget=budget).stdout
     finally:
         copy.unlink()
-    html_tag = re.search(r"<html[^>]*>", dom).group(0)
+    html_tag = re.search(r"<html(?:[^>\"]|\"[^\"]*\")*>", dom).group(0)
     return {
-        k: v.replace("&quot;", '"').replace("&amp;", "&") for k, v in re.findall(r'data-([a-z]+)="([^"]*)"', html_tag)
+        k: v.replace("&quot;", '"').replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">")
+        for k, v in re.findall(r'data-([a-z]+)="([^"]*)"', html_tag)
     }
+
+
+def screenshot(page: Path, png: Path, tmp: Path, height: int = 2400) -> Path:
+    chromium(tmp, f"--screenshot={png}", f"--window-size=1400,{height}", page.as_uri())
+    return png
 
 
 def not_blank(png: Path) -> int:
@@ -102,19 +146,38 @@ def site() -> Path:
     return built_study()[1]
 
 
-@pytest.mark.parametrize("page", ["index", "sdp"])
-def test_page_renders_without_errors(site, tmp_path, page):
-    path = site / "index.html" if page == "index" else next((site / "reproductions").glob("sdp-*.html"))
-    state = probe(path, tmp_path)
+@pytest.fixture(scope="module")
+def sdp_site(tmp_path_factory) -> Path:
+    """The committed SDP records' site, built once (skipped where the records are not in this checkout)."""
+    if not any(SDP_RESULTS.glob("*.json")):
+        pytest.skip(f"{SDP_RESULTS} has no records")
+    records, skipped = load_records(SDP_RESULTS)
+    return build_report_for(records, skipped, tmp_path_factory.mktemp("sdp-site")).parent
+
+
+def assert_reads_well(state: dict[str, str]) -> None:
     assert state.get("probed") == "yes", state
     assert json.loads(state.get("problems", "[]")) == []
+    assert json.loads(state.get("texts", "[]")) == []
     assert state["loaded"] == state["images"]
-    assert '<table class="sortable claims">' in path.read_text()
+
+
+@pytest.mark.parametrize("page", ["index", "sdp", "harness", "run"])
+def test_page_renders_without_errors_and_its_figures_read_well(site, tmp_path, page):
+    if page == "index":
+        path = site / "index.html"
+    elif page == "run":
+        path = next((site / "runs").glob("sdp-ddp-s1-*.html"))
+    else:
+        path = next((site / "reproductions").glob(f"{page}-*.html"))
+    state = probe(path, tmp_path)
+    assert_reads_well(state)
+    assert int(state["figures"]) == {"index": 2, "sdp": 11, "harness": 4, "run": 1}[page]
+    if page in ("index", "sdp"):
+        assert '<table class="sortable claims">' in path.read_text()
     if page == "sdp":
-        assert int(state["images"]) == 7
         assert state["ascending"] == "0,0,0,1,1,1,2,2,2" and state["descending"] == "2,2,2,1,1,1,0,0,0"
-    shot = tmp_path / "shot.png"
-    chromium(tmp_path, f"--screenshot={shot}", "--window-size=1280,1600", path.as_uri())
+    shot = screenshot(path, tmp_path / "shot.png", tmp_path, 1600)
     assert not_blank(shot) > 50
 
 
@@ -122,3 +185,20 @@ def test_hostile_record_runs_no_script(site, tmp_path):
     run = next(p for p in (site / "runs").glob("*.html") if "alert(1)" in p.read_text())
     state = probe(run, tmp_path)
     assert state.get("probed") == "yes" and json.loads(state.get("problems", "[]")) == []
+
+
+def test_the_sdp_page_is_small_fast_and_legible(sdp_site, tmp_path_factory):
+    """The committed SDP records: every page reads well, the reproduction page is under 3 MB and loads in
+    under 2 s; screenshots of the index and the SDP page are kept for a person to look at."""
+    tmp = tmp_path_factory.mktemp("sdp-browser")
+    page = next((sdp_site / "reproductions").glob("sdp-*.html"))
+    assert page.stat().st_size < 3 * 1024 * 1024
+    state = probe(page, tmp, budget=False)
+    assert_reads_well(state)
+    assert int(state["loadms"]) < 2000, state["loadms"]
+    assert_reads_well(probe(sdp_site / "index.html", tmp))
+    assert_reads_well(probe(next((sdp_site / "runs").glob("*.html")), tmp))
+    shots = tmp_path_factory.mktemp("screenshots")
+    for name, path in (("index", sdp_site / "index.html"), ("sdp", page)):
+        assert not_blank(screenshot(path, shots / f"{name}.png", tmp, 3000)) > 50
+    print(f"\nscreenshots of the report for a person to look at: {shots}")

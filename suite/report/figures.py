@@ -102,6 +102,11 @@ def chart(fig: Figure, title: str, caption: str = "") -> Chart:
     return Chart(title, encode(fig, title), caption)
 
 
+def _legend_inches(entries: int) -> float:
+    """The height a figure needs for a legend of this many entries beside its axes."""
+    return 0.2 * entries + 0.75
+
+
 def _byte_unit(largest: float) -> tuple[float, str]:
     for power, unit in ((4, "TiB"), (3, "GiB"), (2, "MiB"), (1, "KiB")):
         if largest >= 1024**power:
@@ -147,7 +152,7 @@ def memory_bars(memory: pd.DataFrame, label: str) -> Chart | None:
     parts = [p for p in frames.MEMORY_PARTS if memory[p].sum() > 0]
     divisor, unit = _byte_unit(float(memory["peak"].max()))
     names = [safe(a) for a in memory["arm"]]
-    fig, axes = figure(11, 0.32 * len(names) + 1.2)
+    fig, axes = figure(11, max(0.32 * len(names) + 1.2, _legend_inches(len(parts) + 1)))
     ax, left = axes[0, 0], np.zeros(len(memory))
     rows = np.arange(len(names))
     for part, colour in zip(parts, sns.color_palette("Set2", len(parts))):
@@ -187,7 +192,7 @@ def memory_per_rank(per_rank: list[dict], label: str) -> Chart | None:
     if not parts:
         return None
     divisor, unit = _byte_unit(float(table[parts].fillna(0).sum(axis=1).max()))
-    fig, axes = figure(9, 0.25 * len(table) + 1.1)
+    fig, axes = figure(9, max(0.25 * len(table) + 1.1, _legend_inches(len(parts))))
     ax, left = axes[0, 0], np.zeros(len(table))
     for part, colour in zip(parts, sns.color_palette("Set2", len(parts))):
         widths = table[part].fillna(0).to_numpy(float) / divisor
