@@ -7,6 +7,7 @@ import pytest
 
 from reproductions.fl_fsdp.formulas import ring_bytes
 from reproductions.fl_fsdp.mesh import INTER, INTRA, Shape, shape_of
+from reproductions.fl_fsdp.projection import formula, repriced, wire_per_tier
 from suite.config import RunConfig
 from suite.estimate import estimate
 from suite.strategy import get_strategy
@@ -90,18 +91,34 @@ def test_ring_formulas_follow_claims_md():
         ring_bytes("ddp", p, b, 8)
 
 
+def tiny_estimate(method: str, **variant) -> dict:
+    """8 ranks on nodes of 2 (fake process group): llama-tiny's 256-row tensors shard evenly over 2, 4 or 8."""
+    cfg = RunConfig(method=method, model="llama-tiny", nproc=8, micro_batch=1, seq_len=32, variant=variant)
+    return estimate(cfg, gpus_per_node=2)
+
+
 def test_estimated_inter_group_bytes_fall_as_one_over_f():
-    """Fake process group, 8 ranks in 4 groups of 2: the ledger's fed all-reduce per step is the shard / F."""
-    inter = {}
+    """4 groups of 2: the ledger's fed all-reduce per step is the shard / F, and re-pricing an F = 1 ledger for
+    F = 2 (projection.py) gives the F = 2 ledger's bytes."""
+    inter, records = {}, {}
     for f in (1, 2):
-        rec = estimate(
-            RunConfig(method="fl-fsdp", model="llama-tiny", nproc=8, micro_batch=1, seq_len=32, variant={"F": f}),
-            gpus_per_node=2,
-        )
+        records[f] = rec = tiny_estimate("fl-fsdp", F=f)
         ops = rec["comm"]["per_rank"][0]["ops"]
         inter[f] = sum(o["bytes"] for o in ops if o["tier"] == INTER) / rec["comm"]["steps"]
         assert inter[f] == rec["parallel"]["fl"]["averaged_bytes_per_rank"] / f
     assert inter[1] == 2 * inter[2]
+    assert wire_per_tier(repriced(records[1], 2)) == pytest.approx(wire_per_tier(records[2]), rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "method,variant",
+    [("fsdp", {}), ("hsdp", {"shard": 2}), ("fl-fsdp", {"F": 2, "G": 4}), ("fl-hsdp", {"F": 2, "G": 4, "S": 2})],
+)
+def test_claims_md_ring_model_equals_the_ledger_with_even_shards(method, variant):
+    """CLAIMS.md's per-tier formulas against the estimator's ledger (itself checked equal to a measured run):
+    exact when every tensor's rows divide by the shard count."""
+    rec = tiny_estimate(method, **variant)
+    assert wire_per_tier(rec) == pytest.approx(formula(rec), rel=1e-9)
 
 
 def test_shapes_of_paper_configurations():
