@@ -85,10 +85,11 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> RunConfig:
 def check_config(cfg: RunConfig) -> None:
     """Every check that needs no worker; raises UsageError with the fix."""
     from suite import data, models, optim, protocols, strategy
-    from suite.config import check_precision
+    from suite.config import check_lr_decay, check_precision
 
     try:
         protocols.from_args(cfg.tokens, cfg.flops, cfg.time_s, cfg.target, cfg.max_tokens)
+        check_lr_decay(cfg)
         kind = models.kind_of(cfg.model)
         check_precision(cfg.precision)
         method_params, _ = optim.split_variant(cfg)

@@ -14,6 +14,19 @@ from pathlib import Path
 PRECISIONS = ("fp32", "bf16")
 
 
+LR_DECAYS = ("constant", "cosine")
+
+
+def check_lr_decay(cfg: RunConfig) -> None:
+    """Cosine decay follows the budget: every rank must read the same fraction, so wall time cannot drive it."""
+    if cfg.lr_decay not in LR_DECAYS:
+        raise ValueError(f"unknown lr_decay {cfg.lr_decay!r}; use --set lr_decay=constant or lr_decay=cosine")
+    if cfg.lr_decay == "cosine" and cfg.time_s is not None:
+        raise ValueError("lr_decay=cosine follows a tokens, flops or target budget, not --time; use constant")
+    if not 0 <= cfg.min_lr_ratio <= 1:
+        raise ValueError(f"min_lr_ratio must be in [0, 1], got {cfg.min_lr_ratio}")
+
+
 def check_precision(precision: str) -> None:
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; use --precision fp32 or --precision bf16")
@@ -42,6 +55,9 @@ class RunConfig:
     weight_decay: float = 0.1
     betas: tuple[float, float] = (0.9, 0.95)
     warmup_steps: int = 10
+    # constant after warmup, or cosine over the budget (fraction of tokens or FLOPs spent) down to min_lr_ratio
+    lr_decay: str = "constant"
+    min_lr_ratio: float = 0.1
     grad_clip: float = 1.0
     # batch: global batch = data-parallel replicas x micro_batch x grad_accum sequences
     micro_batch: int = 8
@@ -94,6 +110,8 @@ def _parse(text: str, like: object):
         return text.lower() in ("true", "1")
     if isinstance(like, int):
         return int(float(text)) if float(text).is_integer() else int(text)
+    if like is None and text.lower() in ("true", "false"):
+        return text.lower() == "true"  # a method's switch reads back as the bool the plan gave
     if isinstance(like, float) or like is None:
         try:
             return float(text)

@@ -13,6 +13,7 @@ optimizer: linear warm-up, then constant, on every group of every optimizer.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -100,6 +101,20 @@ def describe_groups(groups: dict[str, list[nn.Parameter]]) -> dict[str, dict]:
     }
 
 
-def lr_schedule(optimizer: torch.optim.Optimizer, cfg: RunConfig) -> LRScheduler:
+def lr_schedule(
+    optimizer: torch.optim.Optimizer, cfg: RunConfig, spent: Callable[[], float] = lambda: 0.0
+) -> LRScheduler:
+    """Linear warmup, then constant or cosine down to min_lr_ratio over the budget.
+
+    `spent` is the fraction of the budget used so far (the loop's protocol): an arm that trains longer under
+    an equal-FLOPs budget decays over its own longer run, so every arm ends its schedule where it stops."""
     warmup = max(cfg.warmup_steps, 1)
-    return LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
+
+    def factor(step: int) -> float:
+        ramp = min(1.0, (step + 1) / warmup)
+        if cfg.lr_decay == "constant":
+            return ramp
+        cosine = 0.5 * (1 + math.cos(math.pi * min(max(spent(), 0.0), 1.0)))
+        return ramp * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cosine)
+
+    return LambdaLR(optimizer, factor)

@@ -136,7 +136,8 @@ class Worker:
         with self.model_scope():
             self.model = self.strategy.build(make_model, self.ctx)
             self.optimizer = get_spec(cfg.optimizer).build(self.model, cfg, self.ctx, self.optimizer_params)
-            self.schedule = lr_schedule(self.optimizer, cfg)
+            self.spent = 0.0  # fraction of the budget used, which a cosine schedule follows
+            self.schedule = lr_schedule(self.optimizer, cfg, lambda: self.spent)
         self.metering = Metering(meters_for(self._meter_context()))
         self.replica, self.replicas = self.strategy.data_replica(self.ctx)
         self.global_rows = self.replicas * cfg.micro_batch * cfg.grad_accum
@@ -253,6 +254,7 @@ class Worker:
             evaluate = step % cfg.eval_every == 0
             val_loss = self.evaluate() if evaluate else None
             progress = Progress(step, tokens, step * flops_per_step, clock.elapsed, val_loss)
+            self.spent = self.protocol.fraction(progress)
             stop = self._broadcast(self.protocol.done(progress) if self.rank == 0 else None)
             if stop and val_loss is None:
                 progress = dataclasses.replace(progress, val_loss=self.evaluate())

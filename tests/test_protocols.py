@@ -49,3 +49,46 @@ def test_target_stops_at_target_or_cap(target, loss, tokens):
     assert proto.reached(p) == (loss <= target)
     assert proto.done(p) == (loss <= target or tokens >= 5_000)
     assert proto.describe(p)["reached"] == (loss <= target)
+
+
+def test_cosine_decay_follows_the_budget_spent_and_constant_stays_flat():
+    import torch
+
+    from suite.config import RunConfig
+    from suite.optim import lr_schedule
+
+    spent = {"now": 0.0}
+    param = torch.nn.Parameter(torch.zeros(1))
+
+    def lrs(cfg: RunConfig, fractions: list[float]) -> list[float]:
+        opt = torch.optim.SGD([param], lr=1.0)
+        schedule = lr_schedule(opt, cfg, lambda: spent["now"])
+        out = []
+        for f in fractions:
+            spent["now"] = f
+            opt.step()
+            schedule.step()
+            out.append(opt.param_groups[0]["lr"])
+        return out
+
+    cosine = lrs(RunConfig(warmup_steps=1, lr_decay="cosine", min_lr_ratio=0.1), [0.0, 0.5, 1.0])
+    assert cosine == pytest.approx([1.0, 0.55, 0.1])
+    assert lrs(RunConfig(warmup_steps=1), [0.0, 0.5, 1.0]) == [1.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    "sets, fix",
+    [(["lr_decay=linear"], "unknown lr_decay"), (["lr_decay=cosine", "min_lr_ratio=2"], "min_lr_ratio must be")],
+)
+def test_bad_schedules_are_one_line_errors(sets, fix, capsys):
+    from suite.cli import main
+
+    argv = ["run", "ddp", "--tokens", "1000"] + [a for s in sets for a in ("--set", s)]
+    assert main(argv) == 2 and fix in capsys.readouterr().err
+
+
+def test_cosine_decay_cannot_follow_wall_time(capsys):
+    from suite.cli import main
+
+    assert main(["run", "ddp", "--time", "10", "--set", "lr_decay=cosine"]) == 2
+    assert "not --time" in capsys.readouterr().err

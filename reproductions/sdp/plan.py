@@ -33,7 +33,18 @@ from suite.meters.flops import FlopMeter
 from suite.models import build_model
 from suite.plans import Estimate, Plan
 
-SMOKE = dict(model="llama-tiny", device="cpu", seq_len=128, micro_batch=4, eval_every=10, eval_batches=4, log_every=10)
+# Every language arm follows one learning-rate schedule: warmup, then cosine over its own budget (an arm that is
+# FLOP-matched, and so trains longer, decays over its longer run), so final losses compare at the schedule's end.
+SMOKE = dict(
+    model="llama-tiny",
+    device="cpu",
+    seq_len=128,
+    micro_batch=4,
+    eval_every=10,
+    eval_batches=4,
+    log_every=10,
+    lr_decay="cosine",
+)
 SMOKE_STEPS, SMOKE_WORKERS = 20, 4
 EVALS = dict(evals="heldout_next", eval_limit=150)  # 1,296 documents take 100 s per run here; 150 about 13
 # Quality preset (CPU, under an hour): the smoke quality arms, long enough that DDP's validation loss has
@@ -46,7 +57,7 @@ QUALITY_STEPS = 200
 VISION = dict(model="resnet18", device="cpu", micro_batch=8, eval_every=100, log_every=5, lr=1e-3)
 VISION_STEPS, VISION_WORKERS = 10, 4
 VISION_ARMS = (("ddp", {}), ("b-sdp", {"C": 0.6}), ("n-sdp", {"C": 0.5}))
-GPU = dict(model="llama-134m", device="cuda", seq_len=1024, micro_batch=8, eval_every=50, lr=1e-3)
+GPU = dict(model="llama-134m", device="cuda", seq_len=1024, micro_batch=8, eval_every=50, lr=1e-3, lr_decay="cosine")
 GPU_STEPS = 200
 # CIFAR arms on GPUs where the data is present (CIFAR_ROOT, torchvision's layout): per-GPU batch 64 as in the paper
 GPU_VISION = dict(device="cuda", micro_batch=64, eval_every=500, lr=1e-3, data="cifar10")
@@ -59,7 +70,7 @@ GPU_VISION_ARMS = (
     ("swin-t", "b-sdp", {"C": 0.5}),
 )
 CIFAR_TRAIN = 50_000
-PAPER = dict(device="cuda", seq_len=1024, micro_batch=8, eval_every=500, lr=1e-3, data="fineweb")
+PAPER = dict(device="cuda", seq_len=1024, micro_batch=8, eval_every=500, lr=1e-3, data="fineweb", lr_decay="cosine")
 PAPER_RUNS = (("llama-500m", 0.5, 20_000), ("llama-1b", 0.69, 20_000))
 PAPER_WORKERS = 8
 # Paper scale, estimated: the paper's batch and precision are not known; these are stated in every record.
