@@ -49,7 +49,7 @@ def _rows(html: str) -> list[list[str]]:
 def _estimate_rows(html: str, run_id: str) -> list[list[str]]:
     section = _between(html, 'id="estimates"', 'id="environment"')
     start = section.index(f">{run_id}</a>")
-    end = section.find("<h4>", start)
+    end = section.find("<h4", start)
     return _rows(section[start : end if end != -1 else len(section)])
 
 
@@ -69,22 +69,21 @@ def test_an_estimate_is_shown_beside_each_measurement_with_the_ratio(built):
     assert "2 measured run(s)" in html
 
 
-def test_an_estimate_without_a_measurement_says_so(built):
+def test_estimates_without_a_measurement_share_one_table(built):
     site, records = built
     html = _page(site, "sdp")
-    rows = _estimate_rows(html, records["lonely"]["run_id"])
-    assert len(rows) == 7
-    for quantity, estimated, measured, ratio, agreement, run in rows:
-        assert "badge-estimated" in estimated and not estimated.startswith("—"), quantity
-        assert measured == run == "no measurement" and ratio == agreement == "—", quantity
-    assert "<strong>No measurement</strong>" in html
+    section = _between(html, 'id="unmeasured"', "</table>")
+    (row,) = _rows(section)
+    assert re.sub("<[^>]+>", "", row[0]) == records["lonely"]["run_id"] and row[1] == "fsdp n4"
+    assert row[-1] == "no measurement" and all(not cell.startswith("—") for cell in row[2:-1])
+    assert "<strong>No measurement</strong>" in html and records["estimate"]["run_id"] not in section
 
 
 def test_measured_runs_of_another_reproduction_are_linked(built):
     site, records = built
     section = _between(_page(site, "sdp"), 'id="estimates"', 'id="environment"')
     links = re.findall(r'href="\.\./(runs/[^"]+)"', section)
-    assert len(links) == 2 + 2 * 7  # the two estimates, then the measured run on each row
+    assert len(links) == 1 + 2 * 7 + 1  # the measured estimate, the measured run on each row, the lonely one
     assert all((site / link).is_file() for link in links)
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import seaborn as sns
 
 OFF = ("none", "off", "")
+LABEL_LIMIT = 40  # as figures.LABEL_LIMIT, not imported from there: figures imports frames, which imports arms
 PROVENANCE_ORDER = {"measured": 0, "estimated": 1, "simulated": 2}
 # Strong colours only, grey left out: grey and hollow markers mean "shown, not judged" in the claim figures.
 PALETTE = [
@@ -118,7 +119,7 @@ def _label(record: dict, names: dict[str, str], spelled: bool) -> str:
         value, short = dims.get(name), name.removeprefix("variant.")
         usual = _value(value) == default and not spelled
         numeric = isinstance(value, (int, float)) and not isinstance(value, bool) and name.startswith("variant.")
-        if value is None or usual and not numeric:
+        if value is None or usual and not numeric and not isinstance(value, bool):
             continue
         if name == "model":
             parts.append(str(value))
@@ -158,6 +159,10 @@ def arms(records: list[dict]) -> dict[str, Arm]:
         labels = {k: _label(r, shown[r["method"]], spelled=True) for k, r in firsts.items()}
     if len(set(labels.values())) < len(labels):  # something outside the dimensions differs: number them
         labels = {k: f"{label} #{i}" for i, (k, label) in enumerate(labels.items(), 1)}
+    labels = {  # figures show LABEL_LIMIT characters: a longer label is cut and numbered, so it stays unique
+        k: label if len(label) <= LABEL_LIMIT else f"{label[: LABEL_LIMIT - 5].rstrip()} #{i}"
+        for i, (k, label) in enumerate(labels.items(), 1)
+    }
     palette = PALETTE if len(firsts) <= len(PALETTE) else sns.color_palette("husl", len(firsts)).as_hex()
     columns = sorted({n for r in records for n in _dims(r) if n.startswith("variant.") and _varies(records, n)})
     return {

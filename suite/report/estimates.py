@@ -26,20 +26,59 @@ QUANTITIES: dict[str, tuple[str, Callable[[Any], str]]] = {
     "flops_per_step": ("model FLOPs per step (all ranks)", fmt_sci),
 }
 
+SHORT = {  # the same quantities as columns of one table
+    "peak_bytes": "peak per rank",
+    "params": "parameters",
+    "grads": "gradients",
+    "optimizer": "optimizer state",
+    "activations": "activations",
+    "comm_bytes_per_rank_step": "payload per rank per step",
+    "flops_per_step": "FLOPs per step",
+}
 NO_MEASUREMENT = "no measurement"
 COLUMNS = ["quantity", "estimated", "measured", "estimated / measured", "agreement", "measured run"]
 
 
-def estimates_beside(records: list[dict], candidates: list[dict], hrefs: dict[int, str]) -> list[dict]:
-    """One entry per estimate in `records`: its configuration, and a table beside the complete measured
-    runs of that configuration among `candidates` (or its own numbers marked "no measurement")."""
+def _measured(candidates: list[dict]) -> dict[str, list[dict]]:
     measured: dict[str, list[dict]] = {}
     for rec in candidates:
         if rec["provenance"] == "measured" and rec["status"] == "complete":
             measured.setdefault(config_key(rec), []).append(rec)
+    return measured
+
+
+def estimates_beside(records: list[dict], candidates: list[dict], hrefs: dict[int, str]) -> list[dict]:
+    """One entry per estimate in `records` that was measured: its configuration, and a table beside the
+    complete measured runs of that configuration among `candidates`."""
+    measured = _measured(candidates)
     return [
-        _entry(rec, measured.get(config_key(rec), []), hrefs) for rec in records if rec["provenance"] == "estimated"
+        _entry(rec, measured[config_key(rec)], hrefs)
+        for rec in records
+        if rec["provenance"] == "estimated" and config_key(rec) in measured
     ]
+
+
+def unmeasured_table(
+    records: list[dict], candidates: list[dict], hrefs: dict[int, str], label: Callable[[dict], str]
+) -> Table | None:
+    """The estimates in `records` whose configuration no run in `candidates` measured: one row each, its
+    quantities as columns (one table, not one per estimate of "no measurement" cells)."""
+    measured = _measured(candidates)
+    lonely = [r for r in records if r["provenance"] == "estimated" and config_key(r) not in measured]
+    if not lonely:
+        return None
+    table = Table(["estimate", "arm", *SHORT.values(), "measured"], css="estimates")
+    for rec in lonely:
+        values = per_step(rec)
+        table.rows.append(
+            [
+                text(rec["run_id"], hrefs[id(rec)]),
+                text(label(rec)),
+                *(number(values.get(q), QUANTITIES[q][1]) for q in SHORT),
+                Cell(NO_MEASUREMENT),
+            ]
+        )
+    return table
 
 
 def _entry(estimate: dict, measured: list[dict], hrefs: dict[int, str]) -> dict:
@@ -48,8 +87,6 @@ def _entry(estimate: dict, measured: list[dict], hrefs: dict[int, str]) -> dict:
         link = text(run["run_id"], hrefs[id(run)])
         badge = evidence_label(run["provenance"], run["env"]["device"])
         table.rows.extend(_row(row, badge, link) for row in compare_per_step(estimate, run))
-    if not measured:
-        table.rows.extend(_unmeasured(q, v) for q, v in per_step(estimate).items())
     return {
         "run_id": estimate["run_id"],
         "href": hrefs[id(estimate)],
@@ -78,18 +115,6 @@ def _row(row: Row, measured_badge: str, link: Cell) -> list[Cell]:
         number(row.ratio, _ratio),
         text(_agreement(row, fmt)),
         link,
-    ]
-
-
-def _unmeasured(quantity: str, value: float | None) -> list[Cell]:
-    label, fmt = QUANTITIES[quantity]
-    return [
-        text(label),
-        number(value, fmt, badge="estimated"),
-        Cell(NO_MEASUREMENT),
-        text("—"),
-        text("—"),
-        Cell(NO_MEASUREMENT),
     ]
 
 

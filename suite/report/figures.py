@@ -102,6 +102,11 @@ def chart(fig: Figure, title: str, caption: str = "") -> Chart:
     return Chart(title, encode(fig, title), caption)
 
 
+def _part_colours() -> dict[str, tuple]:
+    """One colour per memory part in every figure, whichever parts a figure draws."""
+    return dict(zip(frames.MEMORY_PARTS, sns.color_palette("Set2", len(frames.MEMORY_PARTS))))
+
+
 def _legend_inches(entries: int) -> float:
     """The height a figure needs for a legend of this many entries beside its axes."""
     return 0.2 * entries + 0.75
@@ -155,7 +160,8 @@ def memory_bars(memory: pd.DataFrame, label: str) -> Chart | None:
     fig, axes = figure(11, max(0.32 * len(names) + 1.2, _legend_inches(len(parts) + 1)))
     ax, left = axes[0, 0], np.zeros(len(memory))
     rows = np.arange(len(names))
-    for part, colour in zip(parts, sns.color_palette("Set2", len(parts))):
+    for part in parts:
+        colour = _part_colours()[part]
         widths = memory[part].to_numpy(float) / divisor
         ax.barh(rows, widths, left=left, color=colour, label=part, height=0.7)
         left += widths
@@ -194,7 +200,8 @@ def memory_per_rank(per_rank: list[dict], label: str) -> Chart | None:
     divisor, unit = _byte_unit(float(table[parts].fillna(0).sum(axis=1).max()))
     fig, axes = figure(9, max(0.25 * len(table) + 1.1, _legend_inches(len(parts))))
     ax, left = axes[0, 0], np.zeros(len(table))
-    for part, colour in zip(parts, sns.color_palette("Set2", len(parts))):
+    for part in parts:
+        colour = _part_colours()[part]
         widths = table[part].fillna(0).to_numpy(float) / divisor
         ax.barh(range(len(table)), widths, left=left, color=colour, label=part, height=0.7)
         left += widths
@@ -213,7 +220,10 @@ def comm_bytes(comm: pd.DataFrame, label: str) -> Chart | None:
     arms = list(dict.fromkeys(comm["arm"]))
     names = [safe(a) for a in arms]
     divisor, unit = _byte_unit(float(comm.groupby("arm")["bytes_per_step"].sum().max()))
-    fig, axes = figure(11, 0.32 * len(arms) + 1.5, 1, 2, sharey=True)
+    entries = max(comm["op"].nunique(), comm["tier"].nunique())
+    legend_rows = -(-entries // 3)
+    top = 0.35 + 0.22 * legend_rows
+    fig, axes = figure(11, 0.32 * len(arms) + 0.9 + top, 1, 2, sharey=True)
     for ax, key in zip(axes[0], ("op", "tier")):
         table = comm.pivot_table(index="arm", columns=key, values="bytes_per_step", aggfunc="sum", sort=False)
         table = table.reindex(arms).fillna(0) / divisor
@@ -222,10 +232,17 @@ def comm_bytes(comm: pd.DataFrame, label: str) -> Chart | None:
         table.plot.barh(stacked=True, ax=ax, colormap="tab20", width=0.7)
         ax.set_xlabel(f"{unit} per step per rank")
         ax.set_ylabel("")
-        ax.set_title(f"by {key}", fontsize="medium")
-        ax.legend(fontsize="small", loc="lower right")
+        ax.legend(
+            title=f"by {key}",
+            fontsize="small",
+            loc="lower left",
+            bbox_to_anchor=(0.0, 1.0),
+            ncol=3,
+            frameon=False,
+            alignment="left",
+        )
     axes[0, 0].invert_yaxis()
-    margins(fig, left=0.3 + text_inches(names), bottom=0.5, wspace=0.05)
+    margins(fig, left=0.3 + text_inches(names), bottom=0.5, top=top, wspace=0.05)
     return chart(
         fig,
         f"Bytes per step by op and by group tier ({label})",

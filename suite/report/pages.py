@@ -14,7 +14,7 @@ from suite.claims import Claim
 from suite.records import to_dataframe
 from suite.report import arms as armlib
 from suite.report import figures, frames, glance, tables
-from suite.report.estimates import estimates_beside
+from suite.report.estimates import estimates_beside, unmeasured_table
 from suite.report.figures import Chart
 from suite.report.tables import Cell, Table, fmt_bytes, fmt_number
 from suite.verdicts import EVIDENCE, Verdict, claim_frame, evidence_label
@@ -121,6 +121,7 @@ def reproduction_context(repro: Reproduction, run_hrefs: dict[int, str], records
         "arms": arm_table(repro),
         "sections": sections,
         "estimates": estimates_beside(repro.records, records, run_hrefs),
+        "unmeasured": unmeasured_table(repro.records, records, run_hrefs, repro.label),
         "environment": tables.env_table(repro.records),
     }
 
@@ -147,10 +148,12 @@ def _section(repro: Reproduction, label: str, records: list[dict], hrefs: list[s
     colours = repro.colours
     ratios, reference = frames.throughput_ratios(records, names)
     geomeans = frames.geometric_means(ratios)
+    # a simulated record projects time only: its memory and bytes are its estimate's, drawn in that section
+    projection = label == "simulated"
     charts = [
-        figures.loss_curves(frames.curves(records, names), label, colours),
-        figures.memory_bars(frames.memory(records, names), label),
-        figures.comm_bytes(frames.comm(records, names), label),
+        None if projection else figures.loss_curves(frames.curves(records, names), label, colours),
+        None if projection else figures.memory_bars(frames.memory(records, names), label),
+        None if projection else figures.comm_bytes(frames.comm(records, names), label),
         figures.throughput(ratios, geomeans, reference, label, colours) if reference else None,
     ]
     return {
