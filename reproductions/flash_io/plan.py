@@ -65,6 +65,7 @@ def _io_items() -> list[Microbench]:
 
 def _sdpa_items(device: str, backends: list[str], dtype: str, bh: tuple[int, int], gpt2_batch: int) -> list[Microbench]:
     def shapes(**sweep) -> list[dict]:
+        """One swept field (or fields joined by _, e.g. batch_heads with tuple values) over the base shape."""
         ((key, values),) = sweep.items()
         base = dict(d=64, n=1024, batch=bh[0], heads=bh[1], causal=True, dtype=dtype)
         return [
