@@ -65,9 +65,9 @@ def test_averaging_identical_groups_changes_nothing(runs):
 
 
 def test_diloco_with_outer_sgd_lr1_no_momentum_is_fedavg_and_bytes_fall_as_1_over_f(runs):
-    fedavg = run(runs, "fl-fsdp", 4, 6, "F=2", "check=true")
+    fedavg = run(runs, "fl-fsdp", 4, 4, "F=2", "check=true")
     diloco = run(
-        runs, "diloco", 4, 6, "F=2", "G=2", "inner=fsdp", "outer=sgd", "outer_lr=1", "outer_momentum=0", "check=true"
+        runs, "diloco", 4, 4, "F=2", "G=2", "inner=fsdp", "outer=sgd", "outer_lr=1", "outer_momentum=0", "check=true"
     )
     assert diloco["optimizer"]["outer"] == ["SGD"] and diloco["parallel"]["mesh"] == fedavg["parallel"]["mesh"]
     assert_same_losses(diloco, fedavg)
