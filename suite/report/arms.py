@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import seaborn as sns
 
 OFF = ("none", "off", "")
+PRESENT = "\x00present"  # a dimension's "default" when only its presence varies
 LABEL_LIMIT = 40  # as figures.LABEL_LIMIT, not imported from there: figures imports frames, which imports arms
 PROVENANCE_ORDER = {"measured": 0, "estimated": 1, "simulated": 2}
 # Strong colours only, grey left out: grey and hollow markers mean "shown, not judged" in the claim figures.
@@ -66,12 +67,18 @@ def _varies(records: list[dict], name: str) -> bool:
     return len({_value(_dims(r).get(name)) for r in records}) > 1
 
 
+def _shown_as(value: object) -> str:
+    """What a short label shows of a value: unset, false and "none" all show as nothing."""
+    return "" if value is None or value is False or str(value).lower() in OFF else _value(value)
+
+
 def _follows(records: list[dict], name: str, by: tuple[str, ...]) -> bool:
-    """Whether `name` is one value for each value of `by` among `records` (so naming `by` names it)."""
+    """Whether `name` is one value for each value of `by`, as labels show them, among `records` (so naming
+    `by` names it)."""
     seen: dict[str, str] = {}
     for r in records:
         dims = _dims(r)
-        given, value = json.dumps([_value(dims.get(b)) for b in by]), _value(dims.get(name))
+        given, value = json.dumps([_shown_as(dims.get(b)) for b in by]), _value(dims.get(name))
         if seen.setdefault(given, value) != value:
             return False
     return True
@@ -82,7 +89,7 @@ def _common(records: list[dict], name: str) -> str:
     return Counter(_value(_dims(r).get(name)) for r in records).most_common(1)[0][0]
 
 
-def _shown(records: list[dict]) -> dict[str, dict[str, str]]:
+def _shown(records: list[dict], prune: bool = True) -> dict[str, dict[str, str]]:
     """Per method, the dimensions its labels name, each with the value a label leaves out."""
     page = ["model"] if _varies(records, "model") else []
     if any(_varies([r for r in records if r["model"]["name"] == m], "world size") for m in _models(records)):
@@ -92,17 +99,22 @@ def _shown(records: list[dict]) -> dict[str, dict[str, str]]:
         runs = [r for r in records if r["method"] == method]
         names = sorted({n for r in runs for n in _dims(r) if n.startswith("variant.")})
         names = [n for n in names if _varies(runs, n)]
-        for name in sorted(names, key=lambda n: (not n.islower(), n), reverse=True):
+        for name in sorted(names, key=lambda n: (not n.islower(), n), reverse=True) if prune else ():
             others = tuple(n for n in names if n != name) + tuple(page)
             if others and _follows(runs, name, others):
                 names.remove(name)
-        dims = {n: _common(runs, n) for n in names}
+        dims = {n: PRESENT if _one_value(runs, n) else _common(runs, n) for n in names}
         dims |= {n: _common(records, n) for n in page}
         if _varies(runs, "protocol"):
             kinds = {r["protocol"]["kind"] for r in runs}
             dims["protocol"] = "tokens" if "tokens" in kinds else _common(runs, "protocol")
         shown[method] = dims
     return shown
+
+
+def _one_value(records: list[dict], name: str) -> bool:
+    """Whether only the presence of `name` varies (one value where set): its name then says it all."""
+    return len({_value(v) for r in records if (v := _dims(r).get(name)) is not None}) == 1
 
 
 def _models(records: list[dict]) -> list[str]:
@@ -129,6 +141,8 @@ def _label(record: dict, names: dict[str, str], spelled: bool) -> str:
             parts.append(PROTOCOL_WORDS.get(str(value), f"to {value}"))
         elif spelled:
             parts.append(f"{short}={_value(value)}")
+        elif default == PRESENT and not isinstance(value, (bool, str)):
+            parts.append(short)
         elif isinstance(value, bool):
             head += f"+{short}" if value else ""
         elif isinstance(value, str):
@@ -153,11 +167,12 @@ def arms(records: list[dict]) -> dict[str, Arm]:
     ordered = sorted(records, key=lambda r: (PROVENANCE_ORDER.get(r["provenance"], 9), not r["baseline"]))
     firsts = {key(r): r for r in reversed(ordered)}
     firsts = {k: firsts[k] for k in dict.fromkeys(key(r) for r in ordered)}
-    shown = _shown(records)
-    labels = {k: _label(r, shown[r["method"]], spelled=False) for k, r in firsts.items()}
-    if len(set(labels.values())) < len(labels):
-        labels = {k: _label(r, shown[r["method"]], spelled=True) for k, r in firsts.items()}
-    if len(set(labels.values())) < len(labels):  # something outside the dimensions differs: number them
+    for prune, spelled in ((True, False), (False, False), (False, True)):  # the shortest labels that tell apart
+        shown = _shown(records, prune)
+        labels = {k: _label(r, shown[r["method"]], spelled) for k, r in firsts.items()}
+        if len(set(labels.values())) == len(labels):
+            break
+    else:  # something outside the dimensions differs: number them
         labels = {k: f"{label} #{i}" for i, (k, label) in enumerate(labels.items(), 1)}
     labels = {  # figures show LABEL_LIMIT characters: a longer label is cut and numbered, so it stays unique
         k: label if len(label) <= LABEL_LIMIT else f"{label[: LABEL_LIMIT - 5].rstrip()} #{i}"

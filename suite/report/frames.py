@@ -131,12 +131,18 @@ def reference_baseline(records: list[dict]) -> str | None:
 
 
 def throughput_ratios(records: list[dict], labels: list[str]) -> tuple[pd.DataFrame, str | None]:
-    """tokens/s of each arm over the reference baseline's, per configuration (medians over seeds)."""
+    """tokens/s of each arm over the reference baseline's, per configuration (medians over seeds). The
+    reference is the baseline method's plainest variant (the one with fewest settings, then the most runs);
+    its other variants (e.g. ddp+ac) are arms like any other."""
     reference = reference_baseline(records)
+    variants = Counter(
+        json.dumps(r["variant"], sort_keys=True) for r in records if r["method"] == reference and r["baseline"]
+    )
+    plain = min(variants, key=lambda v: (len(json.loads(v)), -variants[v], v)) if variants else None
     rows = [
         {
             "arm": label,
-            "method": r["method"],
+            "reference": r["method"] == reference and json.dumps(r["variant"], sort_keys=True) == plain,
             "config": config(r),
             "tokens_per_s": r["throughput"]["tokens_per_s"],
         }
@@ -147,10 +153,8 @@ def throughput_ratios(records: list[dict], labels: list[str]) -> tuple[pd.DataFr
     if reference is None or not rows:
         return pd.DataFrame(columns=columns), reference
     runs = pd.DataFrame(rows)
-    base = runs[runs["method"] == reference].groupby("config")["tokens_per_s"].median()
-    medians = (
-        runs[runs["method"] != reference].groupby(["arm", "config"], sort=False)["tokens_per_s"].median().reset_index()
-    )
+    base = runs[runs["reference"]].groupby("config")["tokens_per_s"].median()
+    medians = runs[~runs["reference"]].groupby(["arm", "config"], sort=False)["tokens_per_s"].median().reset_index()
     medians = medians[medians["config"].isin(base.index)]
     if medians.empty:  # only the reference ran: dividing the empty frame would fail on its column types
         return pd.DataFrame(columns=columns), reference

@@ -180,10 +180,12 @@ def _log_limits(ax, values: list[float]) -> None:
     ax.set_xscale("log")
     ax.set_xlim(low / 1.3, high * 1.3)
     ax.axvline(1.0, color="#999999", linewidth=0.8, linestyle=":", zorder=0)
-    if high / low < 30:  # a few decades at most: label plain numbers, not powers of ten
-        ticks = [t for t in (0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1, 1.5, 2, 3, 5, 10, 20) if low / 1.3 <= t <= high * 1.3]
-        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
-        ax.xaxis.set_minor_formatter("")
+    # plain numbers, not powers of ten: 1-2-5 steps, finer within a decade or two
+    steps = (1, 1.5, 2, 3, 5, 7) if high / low < 30 else (1, 2, 5) if high / low < 1000 else (1,)
+    decades = range(math.floor(math.log10(low / 1.3)), math.ceil(math.log10(high * 1.3)) + 1)
+    ticks = [m * 10.0**d for d in decades for m in steps if low / 1.3 <= m * 10.0**d <= high * 1.3]
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    ax.xaxis.set_minor_formatter("")
 
 
 def _legend_handles() -> list:
@@ -216,14 +218,23 @@ def panel_chart(panels: list[tuple[Claim, Verdict]], frame: pd.DataFrame) -> Cha
         return None
     cols = 1 if len(panels) == 1 else 2
     grid_rows = math.ceil(len(panels) / cols)
-    fig, axes = figure(11, 1.55 * grid_rows + 0.2, grid_rows, cols)
+    lines = max(wrap(_unit_label(c)).count("\n") + 1 for c, _ in panels)
+    fig, axes = figure(11, (1.35 + 0.17 * lines) * grid_rows + 0.2, grid_rows, cols)
     labels: list[str] = []
     for ax, (claim, verdict) in zip(axes.flat, panels):
         labels += _panel(ax, claim, verdict, frame)
     for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
     gap = (text_inches(labels) + 0.3) / (11 / cols)  # room for the right panel's row labels
-    margins(fig, left=0.3 + text_inches(labels), right=0.2, bottom=0.55, top=0.35, hspace=1.2, wspace=0.15 + gap)
+    margins(
+        fig,
+        left=0.3 + text_inches(labels),
+        right=0.2,
+        bottom=0.4 + 0.17 * lines,
+        top=0.35,
+        hspace=(0.75 + 0.17 * lines) / 0.75,
+        wspace=0.15 + gap,
+    )
     return chart(
         fig,
         "Claims at a glance: quality and other claims, every seed",
@@ -272,10 +283,14 @@ def _panel(ax, claim: Claim, verdict: Verdict, frame: pd.DataFrame) -> list[str]
     ax.grid(axis="y", visible=False)
     ax.set_title(safe(claim.id), loc="left", fontsize="small")
     ax.set_title(verdict.verdict, loc="right", fontsize="small", color=colour, weight="bold")
-    ax.set_xlabel(wrap(claim.unit or claim.metric.get("field", "")), fontsize="small")
+    ax.set_xlabel(wrap(_unit_label(claim)), fontsize="small")
     ax.tick_params(labelsize="small")
     ax.xaxis.get_offset_text().set_fontsize("small")
     return [a for a, _ in arms]
+
+
+def _unit_label(claim: Claim) -> str:
+    return claim.unit or claim.metric.get("field", "")
 
 
 def claim_runs(
