@@ -124,3 +124,11 @@ def test_claims_md_ring_model_equals_the_ledger_with_even_shards(method, variant
 def test_shapes_of_paper_configurations():
     assert shape_of(512, 4, None, "fl-fsdp") == Shape(128, 1, 4)
     assert shape_of(512, 32, 4, "fl-hsdp") == Shape(16, 8, 4)
+
+
+def test_the_command_line_stops_before_launching_with_one_line():
+    from tests.conftest import run_cli
+
+    proc = run_cli(["run", "fl-fsdp", "--nproc", "4", "--tokens", "1000", "--set", "G=4"])
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "--set G=N" in proc.stderr
