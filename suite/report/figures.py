@@ -102,6 +102,31 @@ def chart(fig: Figure, title: str, caption: str = "") -> Chart:
     return Chart(title, encode(fig, title), caption)
 
 
+# collective ops and group tiers keep one colour on every page; others get one from their name
+CATEGORIES = {
+    "all_reduce": "#4e79a7",
+    "all_gather": "#f28e2b",
+    "reduce_scatter": "#59a14f",
+    "broadcast": "#b07aa1",
+    "all_to_all": "#edc948",
+    "send": "#9c755f",
+    "recv": "#9c755f",
+    "reduce": "#76b7b2",
+    "intra-node": "#4e79a7",
+    "inter-node": "#e15759",
+    "intra-group": "#59a14f",
+    "inter-group": "#f28e2b",
+    "unlabelled": "#bab0ac",
+}
+
+
+def category_colour(name: str) -> str:
+    if name in CATEGORIES:
+        return CATEGORIES[name]
+    palette = sns.color_palette("Set3", 12).as_hex()
+    return palette[sum(name.encode()) % len(palette)]
+
+
 def _part_colours() -> dict[str, tuple]:
     """One colour per memory part in every figure, whichever parts a figure draws."""
     return dict(zip(frames.MEMORY_PARTS, sns.color_palette("Set2", len(frames.MEMORY_PARTS))))
@@ -228,8 +253,9 @@ def comm_bytes(comm: pd.DataFrame, label: str) -> Chart | None:
         table = comm.pivot_table(index="arm", columns=key, values="bytes_per_step", aggfunc="sum", sort=False)
         table = table.reindex(arms).fillna(0) / divisor
         table.index = names
+        colours = [category_colour(c) for c in table.columns]
         table.columns = [safe(c, 24) for c in table.columns]
-        table.plot.barh(stacked=True, ax=ax, colormap="tab20", width=0.7)
+        table.plot.barh(stacked=True, ax=ax, color=colours, width=0.7)
         ax.set_xlabel(f"{unit} per step per rank")
         ax.set_ylabel("")
         ax.legend(

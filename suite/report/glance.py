@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter
 from matplotlib.transforms import blended_transform_factory
 
 from suite.claims import Claim
@@ -327,7 +328,12 @@ def claim_runs(
     ax.tick_params(axis="x", labelsize="small")
     ax.xaxis.get_offset_text().set_fontsize("small")
     ax.set_xlabel(wrap(f"{field}{f' ({unit})' if unit else ''}"), fontsize="small")
-    if unit or on_ratio_axis(claim) and (rows["value"] >= 0).all():  # amounts: bars of length from zero
+    positive = rows["value"][rows["value"] > 0]
+    if len(positive) == len(rows) and positive.max() > 50 * positive.min():  # two scales: log, or one is a dot at 0
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))  # plain text, not mathtext powers
+        ax.xaxis.set_minor_formatter("")
+    elif unit or on_ratio_axis(claim) and (rows["value"] >= 0).all():  # amounts: an axis from zero
         ax.set_xlim(0, float(rows["value"].max()) / divisor * 1.08)
     margins(fig, left=0.25 + 0.9 * text_inches(names), bottom=0.5, right=0.2, top=0.1)
     return chart(
