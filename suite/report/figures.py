@@ -215,27 +215,43 @@ def memory_bars(memory: pd.DataFrame, label: str) -> Chart | None:
 
 
 def memory_per_rank(per_rank: list[dict], label: str) -> Chart | None:
-    """One run's memory, every rank, stacked by part (run pages)."""
+    """One run's memory, every rank, stacked by part (run pages).
+
+    Written as SVG markup directly, not through matplotlib: a site has a run page per record (a thousand
+    in the report benchmark), and a matplotlib figure each would cost a tenth of a second apiece.
+    """
     if not per_rank:
         return None
-    table = pd.DataFrame(per_rank)
-    parts = [p for p in frames.MEMORY_PARTS if p in table and table[p].fillna(0).sum() > 0]
+    parts = [p for p in frames.MEMORY_PARTS if any(m.get(p) for m in per_rank)]
     if not parts:
         return None
-    divisor, unit = _byte_unit(float(table[parts].fillna(0).sum(axis=1).max()))
-    fig, axes = figure(9, max(0.25 * len(table) + 1.1, _legend_inches(len(parts))))
-    ax, left = axes[0, 0], np.zeros(len(table))
-    for part in parts:
-        colour = _part_colours()[part]
-        widths = table[part].fillna(0).to_numpy(float) / divisor
-        ax.barh(range(len(table)), widths, left=left, color=colour, label=part, height=0.7)
-        left += widths
-    ax.set_yticks(range(len(table)), [f"rank {r}" for r in table["rank"]])
-    ax.invert_yaxis()
-    ax.set_xlabel(unit)
-    ax.legend(fontsize="small", loc="lower left", bbox_to_anchor=(1.0, 0.0), frameon=False)
-    margins(fig, left=0.8, bottom=0.5, right=1.5, top=0.15)
-    return chart(fig, f"Memory of every rank ({label})", "Stacked by part at the measured step.")
+    totals = [sum(m.get(p) or 0 for p in parts) for m in per_rank]
+    divisor, unit = _byte_unit(float(max(totals)))
+    colours = {p: "#{:02x}{:02x}{:02x}".format(*(round(255 * c) for c in _part_colours()[p])) for p in parts}
+    left, row, top = 70, 18, 34
+    width, bar = 1000, 1000 - left - 90  # 90: room for the total after the longest bar
+    height = top + row * len(per_rank) + 8
+    scale = bar / (max(totals) or 1)
+    out = []
+    x = left
+    for p in parts:  # the legend, one swatch and name per part
+        out.append(f'<rect x="{x}" y="8" width="10" height="10" fill="{colours[p]}"/>')
+        out.append(f'<text x="{x + 14}" y="17" font-size="11">{escape(p)}</text>')
+        x += 24 + 7 * len(p)
+    for i, (m, total) in enumerate(zip(per_rank, totals)):
+        y, x = top + i * row, float(left)
+        out.append(f'<text x="{left - 6}" y="{y + 12}" font-size="11" text-anchor="end">rank {m["rank"]}</text>')
+        for p in parts:
+            w = (m.get(p) or 0) * scale
+            out.append(f'<rect x="{x:.1f}" y="{y + 2}" width="{w:.1f}" height="{row - 5}" fill="{colours[p]}"/>')
+            x += w
+        out.append(f'<text x="{x + 5:.1f}" y="{y + 12}" font-size="11">{total / divisor:.3g} {unit}</text>')
+    title = f"Memory of every rank ({label})"
+    svg = (
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" role="img" '
+        f'font-family="DejaVu Sans, Arial, sans-serif"><title>{escape(title)}</title>{"".join(out)}</svg>'
+    )
+    return Chart(title, Markup(svg), "Stacked by part at the measured step; the numbers are in the table below.")
 
 
 def comm_bytes(comm: pd.DataFrame, label: str) -> Chart | None:
