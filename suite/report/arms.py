@@ -37,7 +37,8 @@ class Arm:
 
 
 def key(record: dict) -> str:
-    """What makes two runs the same arm: method, variant, model, world size and protocol (not the seed)."""
+    """What makes two runs the same arm: method, variant, model, world size, batch settings and protocol
+    (not the seed)."""
     return json.dumps(
         [
             record["method"],
@@ -45,9 +46,18 @@ def key(record: dict) -> str:
             record["model"]["name"],
             record["parallel"]["world_size"],
             record["protocol"]["kind"],
+            batch_settings(record),
         ],
         sort_keys=True,
     )
+
+
+SETTINGS = {"micro_batch": "mb", "seq_len": "seq", "grad_accum": "accum"}  # and how a label names them
+
+
+def batch_settings(record: dict) -> dict[str, object]:
+    settings, parallel = record.get("settings") or {}, record["parallel"]
+    return {k: settings.get(k, parallel.get(k)) for k in SETTINGS}
 
 
 def _value(value: object) -> str:
@@ -57,6 +67,7 @@ def _value(value: object) -> str:
 def _dims(record: dict) -> dict[str, object]:
     return {
         **{f"variant.{k}": v for k, v in record["variant"].items()},
+        **{f"setting.{k}": v for k, v in batch_settings(record).items()},
         "model": record["model"]["name"],
         "world size": record["parallel"]["world_size"],
         "protocol": record["protocol"]["kind"],
@@ -97,7 +108,7 @@ def _shown(records: list[dict], prune: bool = True) -> dict[str, dict[str, str]]
     shown = {}
     for method in dict.fromkeys(r["method"] for r in records):
         runs = [r for r in records if r["method"] == method]
-        names = sorted({n for r in runs for n in _dims(r) if n.startswith("variant.")})
+        names = sorted({n for r in runs for n in _dims(r) if n.startswith(("variant.", "setting."))})
         names = [n for n in names if _varies(runs, n)]
         for name in sorted(names, key=lambda n: (not n.islower(), n), reverse=True) if prune else ():
             others = tuple(n for n in names if n != name) + tuple(page)
@@ -129,6 +140,7 @@ def _label(record: dict, names: dict[str, str], spelled: bool) -> str:
     dims, head, parts = _dims(record), record["method"], []
     for name, default in names.items():
         value, short = dims.get(name), name.removeprefix("variant.")
+        short = SETTINGS.get(short.removeprefix("setting."), short)
         usual = _value(value) == default and not spelled
         numeric = isinstance(value, (int, float)) and not isinstance(value, bool) and name.startswith("variant.")
         if value is None or usual and not numeric and not isinstance(value, bool):
@@ -155,9 +167,12 @@ def _label(record: dict, names: dict[str, str], spelled: bool) -> str:
 def describe(record: dict) -> str:
     """The full configuration in words, for the legend table."""
     variant = " ".join(f"{k}={_value(v)}" for k, v in sorted(record["variant"].items()))
+    batch = batch_settings(record)
+    tokens = f" x {batch['seq_len']} tokens" if batch["seq_len"] else ""
     return (
         f"{record['method']}{' ' + variant if variant else ''}; {record['model']['name']} on "
-        f"{record['parallel']['world_size']} ranks; equal {record['protocol']['kind']}"
+        f"{record['parallel']['world_size']} ranks; micro-batch {batch['micro_batch']}{tokens}, "
+        f"accumulation {batch['grad_accum']}; equal {record['protocol']['kind']}"
     )
 
 
@@ -179,13 +194,15 @@ def arms(records: list[dict]) -> dict[str, Arm]:
         for i, (k, label) in enumerate(labels.items(), 1)
     }
     palette = PALETTE if len(firsts) <= len(PALETTE) else sns.color_palette("husl", len(firsts)).as_hex()
-    columns = sorted({n for r in records for n in _dims(r) if n.startswith("variant.") and _varies(records, n)})
+    columns = sorted(
+        {n for r in records for n in _dims(r) if n.startswith(("variant.", "setting.")) and _varies(records, n)}
+    )
     return {
         k: Arm(
             labels[k],
             colour,
             describe(r),
-            {c.removeprefix("variant."): _value(_dims(r).get(c, "—")) for c in columns},
+            {c.split(".", 1)[1]: _value(_dims(r).get(c, "—")) for c in columns},
         )
         for (k, r), colour in zip(firsts.items(), palette)
     }

@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from suite.report.arms import batch_settings
 from suite.verdicts import evidence_label
 
 
@@ -104,7 +105,7 @@ def runs_table(records: list[dict], rows: pd.DataFrame, hrefs: list[str], labels
     table = Table(columns, css="runs")
     for record, (_, row), href, label in zip(records, rows.iterrows(), hrefs, labels):
         badge = evidence_label(record["provenance"], record["env"]["device"])
-        values = {k: v for k, v in record["variant"].items()}
+        values = {**batch_settings(record), **record["variant"]}
         table.rows.append(
             [
                 text(row["run_id"], href),
