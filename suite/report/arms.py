@@ -19,12 +19,20 @@ OFF = ("none", "off", "")
 PRESENT = "\x00present"  # a dimension's "default" when only its presence varies
 LABEL_LIMIT = 40  # as figures.LABEL_LIMIT, not imported from there: figures imports frames, which imports arms
 PROVENANCE_ORDER = {"measured": 0, "estimated": 1, "simulated": 2}
-# Strong colours only, grey left out: grey and hollow markers mean "shown, not judged" in the claim figures.
+# Distinct hues, grey left out (grey and hollow markers mean "shown, not judged" in the claim figures):
+# tab10, then dark and light colours far from its hues.
 PALETTE = [
-    c
-    for name in ("tab10", "Dark2", "Set1")
-    for c in sns.color_palette(name).as_hex()
-    if c not in ("#7f7f7f", "#666666", "#999999", "#ffff33", "#bcbd22")
+    *(c for c in sns.color_palette("tab10").as_hex() if c != "#7f7f7f"),
+    "#000000",
+    "#808000",
+    "#000080",
+    "#800000",
+    "#daa520",
+    "#a6cee3",
+    "#b2df8a",
+    "#fb9a99",
+    "#cab2d6",
+    "#fdbf6f",
 ]  # string values that mean "not used": left out of a label
 
 
