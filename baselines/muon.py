@@ -116,7 +116,7 @@ class ScalarAdamW:
         )  # fmt: skip
 
 
-def _shard_group(p: DTensor) -> tuple[dist.ProcessGroup, int]:
+def shard_group(p: DTensor) -> tuple[dist.ProcessGroup, int]:
     """The process group a DTensor is row-sharded over (FSDP2's Shard(0)), and its size."""
     dims = [d for d, pl in enumerate(p.placements) if pl.is_shard() and p.device_mesh.size(d) > 1]
     if any(not p.placements[d].is_shard(0) for d in dims) or len(dims) > 1:
@@ -181,7 +181,7 @@ class Muon(torch.optim.Optimizer):
                 if p.grad is None:
                     continue
                 direction = self._direction(p, group)
-                if isinstance(p, DTensor) and _shard_group(p)[1] > 1:
+                if isinstance(p, DTensor) and shard_group(p)[1] > 1:
                     sharded.append((p, direction))
                 else:
                     self._apply(p, newton_schulz5(direction), group)
@@ -193,7 +193,7 @@ class Muon(torch.optim.Optimizer):
 def gather_orthogonalize_scatter(direction: torch.Tensor, p: DTensor, index: int) -> torch.Tensor:
     """Matrix `index` is orthogonalized whole on rank index mod world: its rows are gathered there
     (padded to FSDP2's even chunks), orthogonalized, and this rank's rows scattered back."""
-    group, world = _shard_group(p)
+    group, world = shard_group(p)
     rows = as_matrix(p).shape[0]
     chunk = math.ceil(rows / world)
     owner = index % world

@@ -35,8 +35,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-from baselines.muon import ScalarAdamW, as_matrix, check_matrix_group, local
-from baselines.muon import _shard_group as shard_group
+from baselines.muon import ScalarAdamW, as_matrix, check_matrix_group, local, shard_group
 
 OVERSAMPLE = 1.25
 EPS = 1e-8
