@@ -170,6 +170,7 @@ def cmd_report(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
+    from suite.extensions import get_reproduction
     from suite.plans import load_plan
     from suite.reproduce import run_plan, table
 
@@ -190,12 +191,15 @@ def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"note: {note}", file=sys.stderr)
     records = run_plan(plan, results)
     print(table(records))
+    report = Path(args.report or f"reports/{args.name}")
     try:
         from suite.report import build_report
 
-        print(build_report(results, args.report or f"reports/{args.name}"))
+        print(build_report(results, report))
     except ImportError as err:
         print(f"report not written: {err}", file=sys.stderr)
+    if (own := get_reproduction(args.name).report) is not None:
+        print(own(results, report))
     return 0 if all(r["status"] == "complete" for r in records) else 1
 
 

@@ -37,7 +37,9 @@ class Reproduction:
 
     methods: Strategy subclasses (each with a unique `name`); optimizers: OptimizerSpec (suite.optim);
     meters: Meter subclasses (suite.meters.base) run on every run where they apply; plan: preset -> Plan;
-    claims: its claims.yaml; pairs: bench pairs (suite.pairs.Pair) for the throughput gate.
+    claims: its claims.yaml; pairs: bench pairs (suite.pairs.Pair) for the throughput gate; report:
+    (results folder, report folder) -> a page of its own, written beside the generic report by `reproduce`
+    (for what the generic pages do not draw, such as fits over microbenchmark rows).
     """
 
     name: str
@@ -48,6 +50,7 @@ class Reproduction:
     plan: Callable[[str], Any] | None = None
     claims: Path | None = None
     pairs: tuple[Any, ...] = ()
+    report: Callable[[Path, Path], Path] | None = None
     module: str = field(default="", compare=False)
 
 

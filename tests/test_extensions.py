@@ -86,6 +86,12 @@ TOY = textwrap.dedent(
         return Plan("toy", preset, runs, protocol="equal tokens", micro=items)
 
 
+    def own_page(results, report):
+        page = Path(report) / "toy.html"
+        page.write_text(f"<p>{len(list(Path(results).glob('*.json')))} records</p>")
+        return page
+
+
     REPRODUCTION = Reproduction(
         name="toy",
         description="a throwaway reproduction",
@@ -95,6 +101,7 @@ TOY = textwrap.dedent(
         plan=plan,
         claims=Path(__file__).with_name("claims.yaml"),
         pairs=(Pair("toy-ddp/ddp", Config("toy-ddp", steps=6), Config("ddp", steps=6)),),
+        report=own_page,
     )
     '''
 )
@@ -179,6 +186,7 @@ def test_throwaway_reproduction_runs_its_plan_report_and_pair_touching_only_its_
     assert all(row["flops"] == 2 * row["shape"]["n"] ** 3 for row in micro["micro"]["rows"])
     html = (report / "index.html").read_text()
     assert "toy" in html
+    assert (report / "toy.html").read_text() == f"<p>{len(records)} records</p>"  # the reproduction's own page
     assert "toy-state" in json.dumps(sorted(p.name for p in report.rglob("*"))) or "toy-state" in "".join(
         p.read_text() for p in report.rglob("*.html")
     )

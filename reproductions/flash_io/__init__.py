@@ -7,6 +7,7 @@ from reproductions.flash_io.count import count_io
 from reproductions.flash_io.meter import AttentionIoMeter
 from reproductions.flash_io.method import METHODS
 from reproductions.flash_io.plan import plan
+from reproductions.flash_io.report import write as write_report
 from suite.extensions import Reproduction
 from suite.pairs import Config, Pair
 
@@ -21,6 +22,7 @@ REPRODUCTION = Reproduction(
     meters=(AttentionIoMeter,),
     plan=plan,
     claims=Path(__file__).with_name("claims.yaml"),
+    report=write_report,  # io.html: fits, slopes and log-log figures over the microbenchmark rows
     pairs=(
         Pair(
             "sdpa-flash/sdpa-math",
