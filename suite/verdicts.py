@@ -155,6 +155,7 @@ def ratio(
     theirs = _arm(df, baseline, baseline_variant, model)
     a, b = _per_seed(mine, field), _per_seed(theirs, field)
     keys = a.index.intersection(b.index)
+    keys = keys[np.isfinite((a[keys] / b[keys]).to_numpy(dtype=float))]  # e.g. wall time 0 in an estimate
     both = pd.concat([mine, theirs])
     used = both[pd.MultiIndex.from_arrays([both["seed"], both["setting"]]).isin(keys)]
     return Samples((a[keys] / b[keys]).to_numpy(dtype=float), used, _settings(a[keys]), b[keys].to_numpy(float))

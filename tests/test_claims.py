@@ -519,3 +519,11 @@ def test_verdicts_command_prints_a_table_and_json(tmp_path, capsys, monkeypatch)
     assert rows_[0]["verdict"] == "reproduced" and len(rows_[0]["run_ids"]) == 4 and "a test band" in rows_[0]["band"]
     assert rows_[2]["verdict"] == "not testable here"
     assert main(["verdicts", str(tmp_path / "missing")]) == 2
+
+
+def test_a_ratio_of_zeros_is_no_sample():
+    # estimates record wall_s 0: 0/0 must not stand in for the simulated projection shown beside a card
+    timed = {**RATIO, "field": "wall_s"}
+    est = {"provenance": "estimated", "evidence": "estimated"}
+    v = evaluate(claim(metric=timed), frame(rows("m", [0.0], "wall_s", **est), rows("ddp", [0.0], "wall_s", **est)))
+    assert v.verdict == "inconclusive" and v.measured is None
