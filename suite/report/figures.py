@@ -158,7 +158,7 @@ def loss_curves(curve: pd.DataFrame, label: str, colours: dict[str, str]) -> Cha
         return None
     arms = list(dict.fromkeys(curve["arm"]))
     legend_width = 0.5 + text_inches([safe(a) for a in arms])
-    fig, axes = figure(11 + legend_width, 3.2, 1, 3)
+    fig, axes = figure(11 + legend_width, max(3.2, _legend_inches(len(arms))), 1, 3)
     for ax, (x, x_label) in zip(axes[0], axes_x):
         for arm, band in bands[x].groupby("arm", sort=False):
             ax.plot(band["x"], band["mean"], color=colours[arm], label=safe(arm), linewidth=1.6)
@@ -309,12 +309,13 @@ def throughput(ratios: pd.DataFrame, geomeans: pd.Series, reference: str, label:
     ax.axvline(1.0, color="#555555", linestyle="--", linewidth=1)
     ax.set_yticks(range(len(arms)), names)
     ax.invert_yaxis()
-    ax.set_xlabel(f"tokens/s ÷ {safe(reference, 24)}'s (same model and ranks)")
+    ax.set_xlabel(f"tokens/s ÷ {safe(reference, 24)}'s")
     margins(fig, left=0.3 + text_inches(names), bottom=0.55, right=0.3, top=0.15)
     caption = (
-        "Bar: geometric mean over configurations; dot: one configuration (median over seeds)."
+        "Each arm against the baseline on the same model and ranks. Bar: geometric mean over configurations; "
+        "dot: one configuration (median over seeds)."
         if several
-        else "Median over seeds; dashed line: the baseline."
+        else "Each arm against the baseline on the same model and ranks, median over seeds; dashed line: the baseline."
     )
     return chart(fig, f"Throughput against {safe(reference, 24)} ({label})", caption)
 
