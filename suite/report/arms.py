@@ -10,6 +10,7 @@ parameter is spelled key=value. The full configuration of each label is in the p
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ import seaborn as sns
 
 OFF = ("none", "off", "")
 PRESENT = "\x00present"  # a dimension's "default" when only its presence varies
+UNSET_TOO = "\x00unset"  # a switch's "default" when some runs leave it unset
 LABEL_LIMIT = 40  # as figures.LABEL_LIMIT, not imported from there: figures imports frames, which imports arms
 PROVENANCE_ORDER = {"measured": 0, "estimated": 1, "simulated": 2}
 # Distinct hues, grey left out (grey and hollow markers mean "shown, not judged" in the claim figures):
@@ -123,12 +125,19 @@ def _shown(records: list[dict], prune: bool = True) -> dict[str, dict[str, str]]
             if others and _follows(runs, name, others):
                 names.remove(name)
         dims = {n: PRESENT if _one_value(runs, n) else _common(runs, n) for n in names}
+        # a switch that some runs do not set: "false" then differs from unset and must be said
+        dims |= {n: UNSET_TOO for n in names if _switch_sometimes_unset(runs, n)}
         dims |= {n: _common(records, n) for n in page}
         if _varies(runs, "protocol"):
             kinds = {r["protocol"]["kind"] for r in runs}
             dims["protocol"] = "tokens" if "tokens" in kinds else _common(runs, "protocol")
         shown[method] = dims
     return shown
+
+
+def _switch_sometimes_unset(records: list[dict], name: str) -> bool:
+    values = [_dims(r).get(name) for r in records]
+    return None in values and any(v is False for v in values)
 
 
 def _one_value(records: list[dict], name: str) -> bool:
@@ -153,8 +162,9 @@ def _label(record: dict, names: dict[str, str], spelled: bool) -> str:
         numeric = isinstance(value, (int, float)) and not isinstance(value, bool) and name.startswith("variant.")
         if value is None or usual and not numeric and not isinstance(value, bool):
             continue
-        if name == "model":
-            parts.append(str(value))
+        if name == "model":  # a microbenchmark's model is a module path: its last name says which
+            model = re.split(r"[:./]", str(value))[-1]
+            parts.append("" if model == record["method"] else model)
         elif name == "world size":
             parts.append(f"n{value}")
         elif name == "protocol":
@@ -165,6 +175,7 @@ def _label(record: dict, names: dict[str, str], spelled: bool) -> str:
             parts.append(short)
         elif isinstance(value, bool):
             head += f"+{short}" if value else ""
+            parts.append("" if value or default != UNSET_TOO else f"no {short}")
         elif isinstance(value, str):
             parts.append("" if value.lower() in OFF else value)
         else:
@@ -184,6 +195,20 @@ def describe(record: dict) -> str:
     )
 
 
+def _colours(provenances: list[str]) -> list[str]:
+    """A colour per arm, counted afresh for each kind of evidence: each kind has its own figures, so its
+    arms get the most distinct colours; an arm keeps its colour in every figure of the page."""
+    counts = Counter(provenances)
+    seen: Counter = Counter()
+    out = []
+    for provenance in provenances:
+        n = counts[provenance]
+        palette = PALETTE if n <= len(PALETTE) else sns.color_palette("husl", n).as_hex()
+        out.append(palette[seen[provenance]])
+        seen[provenance] += 1
+    return out
+
+
 def arms(records: list[dict]) -> dict[str, Arm]:
     """Every arm of the page by key(record): measured before estimated before simulated, baselines first
     within each, then in the order the records list them."""
@@ -201,7 +226,7 @@ def arms(records: list[dict]) -> dict[str, Arm]:
         k: label if len(label) <= LABEL_LIMIT else f"{label[: LABEL_LIMIT - 5].rstrip()} #{i}"
         for i, (k, label) in enumerate(labels.items(), 1)
     }
-    palette = PALETTE if len(firsts) <= len(PALETTE) else sns.color_palette("husl", len(firsts)).as_hex()
+    colours = _colours([r["provenance"] for r in firsts.values()])
     columns = sorted(
         {n for r in records for n in _dims(r) if n.startswith(("variant.", "setting.")) and _varies(records, n)}
     )
@@ -212,5 +237,5 @@ def arms(records: list[dict]) -> dict[str, Arm]:
             describe(r),
             {c.split(".", 1)[1]: _value(_dims(r).get(c, "—")) for c in columns},
         )
-        for (k, r), colour in zip(firsts.items(), palette)
+        for (k, r), colour in zip(firsts.items(), colours)
     }
