@@ -184,10 +184,9 @@ def test_arms_have_short_labels_one_colour_and_a_legend(site):
     )
     # the estimate runs on 8 ranks, the measurements on 2: only that tells them apart
     assert list(colours) == ["ddp", "b-sdp C=0.5", "b-sdp C=0.75", "b-sdp C=0.5 n8"]
-    assert (
-        len(set(colours.values())) == 4
-        and "b-sdp C=0.5; llama-tiny on 2 ranks; micro-batch 4, accumulation 1; equal flops" in legend
-    )
+    # colours are counted afresh per kind of evidence: the measured arms differ among themselves
+    assert len(set(list(colours.values())[:3])) == 3
+    assert "b-sdp C=0.5; llama-tiny on 2 ranks; micro-batch 4, accumulation 1; equal flops" in legend
     measured = html[html.index('id="section-measured-cpu"') : html.index('id="section-estimated"')]
     for label, figures in [
         ("ddp", ["Val loss against"]),
