@@ -215,7 +215,8 @@ def _paper(claim: Claim) -> str:
 def _measured(verdict: Verdict, unit: str) -> str:
     if verdict.measured is None:
         return "—"
-    spread = "" if verdict.spread is None else f" ± {fmt_number(verdict.spread)}"
+    noise = 1e-9 * max(1.0, abs(verdict.measured))  # a spread of float rounding between equal seeds is 0
+    spread = "" if verdict.spread is None else f" ± {fmt_number(0 if verdict.spread < noise else verdict.spread)}"
     seeds = f"{verdict.n_seeds} seed{'s' if verdict.n_seeds != 1 else ''}"
     return f"{fmt_number(verdict.measured)}{spread} {unit} ({seeds})"
 
