@@ -123,6 +123,8 @@ def summary_row(rec: dict) -> dict[str, Any]:
         "flops": rec["totals"]["flops"],
         "wall_s": rec["totals"]["wall_s"],
         "tokens_per_s": rec["throughput"]["tokens_per_s"],
+        # the optimizer phase alone (an optimizer-step speed-up is never quoted as a training speed-up)
+        "optimizer_s_median": (rec["throughput"].get("phases_s_median") or {}).get("optimizer"),
         "peak_bytes_max": max((m["peak_bytes"] for m in mem), default=None),
         "state_bytes_max": max(
             (m.get("state_bytes", m["params"] + m["grads"] + m["optimizer"]) for m in mem), default=None

@@ -63,3 +63,14 @@ def test_dataframe_has_one_row_per_record(tmp_path):
     df = to_dataframe(load_records(tmp_path)[0])
     assert sorted(df["run_id"]) == ["r0", "r1", "r2"]
     assert {"tokens_per_s", "peak_bytes_max", "comm_bytes_per_rank_step", "final_train_loss"} <= set(df.columns)
+
+
+def test_summary_rows_carry_the_optimizer_phase_and_wire_bytes():
+    from suite.records import summary_row
+
+    rec = _record("r0")
+    rec["throughput"]["phases_s_median"] = {"forward_backward": 0.5, "optimizer": 0.04}
+    row = summary_row(rec)
+    assert row["optimizer_s_median"] == 0.04 and "comm_wire_bytes_per_rank_step" in row
+    del rec["throughput"]["phases_s_median"]
+    assert summary_row(rec)["optimizer_s_median"] is None
