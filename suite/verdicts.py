@@ -93,7 +93,6 @@ class Samples:
     rows: pd.DataFrame
     settings: tuple[str, ...] = ()  # the setting of each value
     baseline: np.ndarray | None = None
-    baseline_settings: tuple[str, ...] = ()
 
 
 METRICS: dict[str, Callable[..., Samples]] = {}
@@ -155,10 +154,11 @@ def ratio(
     theirs = _arm(df, baseline, baseline_variant, model)
     a, b = _per_seed(mine, field), _per_seed(theirs, field)
     keys = a.index.intersection(b.index)
-    keys = keys[np.isfinite((a[keys] / b[keys]).to_numpy(dtype=float))]  # e.g. wall time 0 in an estimate
+    ratios = a[keys] / b[keys]
+    ratios = ratios[np.isfinite(ratios.to_numpy(dtype=float))]  # e.g. wall time 0 in an estimate
     both = pd.concat([mine, theirs])
-    used = both[pd.MultiIndex.from_arrays([both["seed"], both["setting"]]).isin(keys)]
-    return Samples((a[keys] / b[keys]).to_numpy(dtype=float), used, _settings(a[keys]), b[keys].to_numpy(float))
+    used = both[pd.MultiIndex.from_arrays([both["seed"], both["setting"]]).isin(ratios.index)]
+    return Samples(ratios.to_numpy(dtype=float), used, _settings(ratios), b[ratios.index].to_numpy(float))
 
 
 @metric("value")
@@ -185,9 +185,7 @@ def quality(
     mine = _arm(df, method, variant, model)
     theirs = _arm(df, baseline, baseline_variant, model)
     a, b = _per_seed(mine, field), _per_seed(theirs, field)
-    return Samples(
-        a.to_numpy(dtype=float), pd.concat([mine, theirs]), _settings(a), b.to_numpy(dtype=float), _settings(b)
-    )
+    return Samples(a.to_numpy(dtype=float), pd.concat([mine, theirs]), _settings(a), b.to_numpy(dtype=float))
 
 
 @dataclass(frozen=True)
