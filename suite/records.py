@@ -7,15 +7,16 @@ record that fails the schema is never written (the error names the field).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-from collections.abc import Callable
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import jsonschema
+
+from suite.atomic import atomic_write, is_temporary
+
+__all__ = ["atomic_write"]  # re-exported: the record's writer, which other writers used before suite.atomic
 
 SCHEMA_VERSION = 1
 
@@ -45,23 +46,6 @@ def validate(record: dict) -> None:
         raise RecordError(f"record field {where}: {err.message}")
 
 
-def atomic_write(path: str | Path, write: Callable[[IO], None], binary: bool = False) -> Path:
-    """Write through `write(file)` into a temporary file in the same folder, fsync, then rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb" if binary else "w") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
 def write_record(record: dict, path: str | Path) -> Path:
     """Validate, then write atomically: a reader never sees half a record."""
     validate(record)
@@ -83,8 +67,9 @@ def read_record(path: str | Path) -> dict:
 def load_records(folder: str | Path) -> tuple[list[dict], list[tuple[str, str]]]:
     """All valid records under `folder` (recursively), and (path, reason) for each skipped file."""
     records, skipped = [], []
-    for path in sorted(Path(folder).rglob("*.json")):
-        if path.name.startswith("."):
+    folder = Path(folder)
+    for path in sorted(folder.rglob("*.json")):
+        if any(is_temporary(part) for part in path.relative_to(folder).parts):  # a writer's temporary (or hidden)
             continue
         try:
             rec = read_record(path)

@@ -17,6 +17,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from suite.atomic import save_figure  # noqa: E402
+
 
 def series(results: Path) -> dict[str, list[tuple[int, float]]]:
     """label -> [(rows, median step seconds)] from every complete microbenchmark record of `results`."""
@@ -46,8 +48,7 @@ def draw(results: Path, target: Path) -> Path:
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(target)
+    save_figure(fig, target)  # atomic: a reader never sees half a PNG
     plt.close(fig)
     return target
 

@@ -23,6 +23,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import NullFormatter, ScalarFormatter  # noqa: E402
 
+from suite.atomic import write_text  # noqa: E402
 from suite.records import load_records  # noqa: E402
 
 # arXiv 2205.14135 v2, Figure 2 (left): GPT-2 medium attention, forward + backward, A100 (CLAIMS.md section 4;
@@ -246,7 +247,7 @@ def write(results_dir: str | Path, out_dir: str | Path) -> Path:
         "figure.</p>"
         f"<h2>Fits and comparisons</h2><pre>{html.escape(json.dumps(summary, indent=1, default=float))}</pre>{figs}"
     )
-    (out / "io.html").write_text(page, encoding="utf-8")
+    write_text(out / "io.html", page)  # atomic: a reader never sees half a page
     return out / "io.html"
 
 

@@ -15,8 +15,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
+from suite.atomic import atomic_write
 from suite.models import build_model, model_config
-from suite.records import atomic_write
 
 FORMAT = 1
 

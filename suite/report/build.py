@@ -16,6 +16,7 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup
 
+from suite.atomic import write_text
 from suite.claims import Claim, ClaimsError, claims_for
 from suite.records import load_records
 from suite.report.pages import Reproduction, css_token, index_context, reproduction_context, run_context
@@ -91,8 +92,7 @@ def build_report_for(
 
     def write(relative: str, template: str, context: dict) -> None:
         path = out / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(templates.get_template(template).render(**context), encoding="utf-8")
+        write_text(path, templates.get_template(template).render(**context))
         written.append(path)
 
     write("index.html", "index.html.j2", index_context(repros, skipped, len(records)))

@@ -1,0 +1,126 @@
+"""Atomic writes: a reader sees the old file or folder or the new one, never half of one.
+
+Everything the suite writes for others to read (records, HTML pages, figures, model checkpoints, checkpoint
+folders) is written under a temporary dot-name in the same folder, flushed to disk, then renamed over the
+final name; a rename within one file system is atomic on POSIX. A writer killed half-way leaves only its
+dot-named temporary behind, and every reader of the suite skips dot-names.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+TEMP_SUFFIX = ".tmp"
+
+
+def is_temporary(path: str | Path) -> bool:
+    """A name that readers skip: a dot-name (this module's temporaries are all dot-names)."""
+    return Path(path).name.startswith(".")
+
+
+def atomic_write(path: str | Path, write: Callable[[IO], None], binary: bool = False) -> Path:
+    """Write through `write(file)` into a temporary file in the same folder, fsync, then rename onto path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """atomic_write of a string (UTF-8)."""
+    return atomic_write(path, lambda f: f.write(text))
+
+
+def save_figure(fig: Any, path: str | Path, **savefig_kwargs: Any) -> Path:
+    """A matplotlib figure saved atomically, in the format its file name ends with (png, svg, pdf)."""
+    path = Path(path)
+    kwargs = {"format": path.suffix.lstrip(".") or "png", **savefig_kwargs}
+    return atomic_write(path, lambda f: fig.savefig(f, **kwargs), binary=True)
+
+
+def temporary_folder(path: str | Path, token: str | None = None) -> Path:
+    """The dot-named temporary beside folder `path` that `publish_folder` renames onto it.
+
+    Ranks of one distributed save must agree on it: give them the same `token` (say, the step); without one
+    the name is unique to this call.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if token is None:
+        return Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent))
+    tmp = path.parent / f".{path.name}.{token}{TEMP_SUFFIX}"
+    tmp.mkdir(exist_ok=True)
+    return tmp
+
+
+def publish_folder(tmp: str | Path, path: str | Path) -> Path:
+    """Flush every file under `tmp` to disk and rename it onto `path`, replacing an older folder there.
+
+    An older folder is first renamed to a dot-name and removed after, so at every moment `path` is absent,
+    the old folder or the new one: complete either way.
+    """
+    tmp, path = Path(tmp), Path(path)
+    entries = list(tmp.rglob("*"))
+    for entry in entries:
+        if entry.is_file():
+            _fsync_file(entry)
+    for folder in [*(e for e in entries if e.is_dir()), tmp]:
+        _fsync_dir(folder)
+    old = None
+    if path.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", suffix=TEMP_SUFFIX, dir=path.parent))
+        os.replace(path, old)
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
+@contextmanager
+def atomic_folder(path: str | Path, token: str | None = None) -> Iterator[Path]:
+    """Yield a temporary folder to fill; on a clean exit it replaces `path`, on an error it is removed.
+
+        with atomic_folder(ckpt / "step-000100") as tmp:
+            torch.distributed.checkpoint.save(state, checkpoint_id=tmp)
+
+    A distributed save fills `temporary_folder(path, token)` on every rank and lets one rank call
+    `publish_folder` after a barrier instead.
+    """
+    tmp = temporary_folder(path, token)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    publish_folder(tmp, path)
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a rename inside `path` durable (a crash after it cannot bring the old name back)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
