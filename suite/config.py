@@ -81,6 +81,19 @@ class RunConfig:
     comm_step: int = 2
     clock_warmup: int = 2
     log_every: int = 10
+    # checkpoints and faults (suite/checkpoint.py, README "Checkpoints, resuming, faults"): a checkpoint every
+    # checkpoint_every steps (0: none); torchrun restarts the workers from the last one up to max_restarts
+    # times; a collective that waits longer than collective_timeout_s fails the run instead of hanging it
+    checkpoint_every: int = 0
+    checkpoint_dir: str = "checkpoints"
+    max_restarts: int = 0
+    collective_timeout_s: float = 600.0
+    # fault injection, for tests and demonstrations: worker kill_rank dies (hang_rank stops answering) as it
+    # starts step fault_step, in the first attempt only
+    kill_rank: int | None = None
+    hang_rank: int | None = None
+    fault_step: int | None = None
+    resume: bool = False  # continue from the newest checkpoint (`run --resume`, torchrun's restarts)
     # bookkeeping
     reproduction: str = "harness"
     variant: dict = field(default_factory=dict)
@@ -129,7 +142,7 @@ def apply_sets(cfg: RunConfig, pairs: list[str]) -> RunConfig:
         if not sep or not key:
             raise ValueError(f"--set takes KEY=VALUE, got {pair!r}")
         key = key.replace("-", "_")
-        if key in FIELDS and key not in ("variant", "command", "run_id"):
+        if key in FIELDS and key not in ("variant", "command", "run_id", "resume"):
             try:
                 setattr(cfg, key, _parse(value, getattr(cfg, key)))
             except ValueError as err:
@@ -158,8 +171,14 @@ _FLAGS = {
     "meters": "--no-meters",
     "evals": "--evals",
     "checkpoint": "--checkpoint",
+    "checkpoint_every": "--checkpoint-every",
+    "max_restarts": "--max-restarts",
+    "collective_timeout_s": "--collective-timeout",
+    "kill_rank": "--kill-rank",
+    "hang_rank": "--hang-rank",
+    "fault_step": "--at-step",
 }
-_NOT_SETTINGS = ("method", "results", "variant", "run_id", "command")
+_NOT_SETTINGS = ("method", "results", "variant", "run_id", "command", "resume")
 # an estimate runs a fixed number of steps on fake tensors: no budget, device, meters switch or evaluation
 _NOT_ESTIMATE = (
     "device",
@@ -172,6 +191,13 @@ _NOT_ESTIMATE = (
     "evals",
     "checkpoint",
     "data_root",
+    "checkpoint_every",
+    "checkpoint_dir",
+    "max_restarts",
+    "collective_timeout_s",
+    "kill_rank",
+    "hang_rank",
+    "fault_step",
 )
 
 

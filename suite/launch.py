@@ -8,6 +8,7 @@ themselves with its rendezvous flags and `-m suite run ...`, which then trains i
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+from suite.checkpoint import latest, run_folder
 from suite.config import RunConfig
 from suite.recorder import failed_record, new_run_id
 from suite.records import RecordError, read_record, write_record
@@ -38,7 +40,7 @@ def launch(cfg: RunConfig) -> Path:
             run_id=cfg.run_id,
             rdzv_backend="c10d",
             rdzv_endpoint="localhost:0",
-            max_restarts=0,
+            max_restarts=cfg.max_restarts,  # each restart resumes from the newest checkpoint (suite/train.py)
             monitor_interval=0.1,
         )
         # Workers get the allocator's defaults: the glibc thresholds once set here made every timed step
@@ -49,20 +51,34 @@ def launch(cfg: RunConfig) -> Path:
             elastic_launch(config, sys.executable)("-m", "suite.worker", str(spec))
         except ChildFailedError as err:
             rank, failure = err.get_first_failure()
-            _mark_failed(cfg, f"worker {rank} exited with status {failure.exitcode}; its error is printed above")
+            _mark_failed(cfg, f"worker {rank} {_exit_text(failure.exitcode)}")
     return cfg.record_path()
 
 
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            pass
+    return f"exited with status {code}"
+
+
 def _mark_failed(cfg: RunConfig, error: str) -> None:
-    """Rank 0 normally records the failure; when it could not, the launcher does."""
+    """The launcher's account of a failed run: which worker failed first, then what rank 0 saw (it writes the
+    record when it can, but a worker waiting on a dead peer only sees the connection drop). The record says
+    `incomplete` when a checkpoint can resume the run, `failed` otherwise."""
     path = cfg.record_path()
+    resumable = latest(run_folder(cfg)) is not None
     try:
         rec = read_record(path)
     except (RecordError, OSError):
-        write_record(failed_record(cfg, cfg.nproc, error), path)
-        return
+        rec = failed_record(cfg, cfg.nproc, "")
     if rec["status"] == "complete":
         return
-    if rec["status"] == "incomplete" and not rec.get("error"):
-        rec["status"], rec["error"] = "failed", error
-        write_record(rec, path)
+    seen = rec.get("error")
+    error += f"; rank 0 reported: {seen}" if seen else ""
+    if resumable and "--resume" not in error:
+        error += f"; resume it with python -m suite run --resume {path}"
+    rec["status"], rec["error"] = "incomplete" if resumable else "failed", error
+    write_record(rec, path)

@@ -105,7 +105,7 @@ def new_record(cfg: RunConfig, world_size: int, device: torch.device, backend: s
             "hostname": socket.gethostname(),
             "threads": torch.get_num_threads(),
         },
-        "settings": {k: v for k, v in vars(cfg).items() if k not in ("variant", "command", "run_id")},
+        "settings": {k: v for k, v in vars(cfg).items() if k not in ("variant", "command", "run_id", "resume")},
         "provenance": "measured",
     }
 

@@ -1,17 +1,21 @@
 """The one training loop: model + strategy + optimizer + data + protocol + meters -> run record.
 
 Runs inside each worker started by `suite.launch` (or by a user's own torchrun). Rank 0 writes the
-record: `incomplete` at start and after every evaluation, `complete` at the end, `failed` with the
-error when the run dies. Meters run on a few steps each, off the clock (suite/meters/schedule.py); the
+record: `incomplete` at start and after every evaluation and checkpoint, `complete` at the end; when the
+run dies, `incomplete` with the error if a checkpoint can resume it (suite/checkpoint.py), else `failed`.
+Meters run on a few steps each, off the clock (suite/meters/schedule.py); the
 ledger sees training steps only, never the loop's control messages or evaluation.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import math
 import os
+import signal
 import sys
+import time
 import traceback
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -21,6 +25,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from suite import checkpoint as ckpt
 from suite import data as data_lib
 from suite import models
 from suite.config import RunConfig
@@ -29,13 +34,13 @@ from suite.evals.checkpoint import full_state, plain_model, save_checkpoint
 from suite.evals.vision import image_accuracy
 from suite.meters.base import MeterContext, Metering, write_sections
 from suite.meters.builtin import meters_for
-from suite.meters.clock import StepClock, peak_flops
+from suite.meters.clock import StepClock, _Step, peak_flops
 from suite.meters.comm import CommLedger
 from suite.meters.memory import allocator_settings
 from suite.optim import describe_groups, get_spec, lr_schedule, param_groups, split_variant
 from suite.protocols import Progress, from_args
-from suite.recorder import new_record, new_run_id
-from suite.records import write_record
+from suite.recorder import new_record, new_run_id, repository_path
+from suite.records import read_record, write_record
 from suite.strategy import Context, get_strategy
 
 
@@ -76,15 +81,44 @@ def _model_overrides(cfg: RunConfig, kind: str, data) -> dict:
     return {"num_classes": data.num_classes, "in_channels": data.in_channels}
 
 
+@dataclasses.dataclass
+class Position:
+    """Where the loop stands: steps done, tokens seen, and one step's model FLOPs once counted."""
+
+    step: int = 0
+    tokens: int = 0
+    flops_per_step: float = 0.0
+
+
+def _set_collective_timeout(seconds: float) -> None:
+    """Every process group of the run, the ones methods and DeviceMesh create too, waits at most `seconds`
+    for a collective: torch gives a new group its module's default timeout, not the world group's."""
+    timeout = dt.timedelta(seconds=seconds)
+    dist.distributed_c10d.default_pg_timeout = timeout
+    dist.distributed_c10d.default_pg_nccl_timeout = timeout
+
+
+def restart_count() -> int:
+    """How many times torchrun has restarted this run's workers (0 in the first attempt)."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+
+
 class Worker:
     """One rank's run; holds the pieces so each phase of the loop is a short method."""
 
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
+        self.started = time.time()
+        self.resumed_from: int | None = None
         self.device = self._device()
         backend = "nccl" if self.device.type == "cuda" else "gloo"
+        _set_collective_timeout(cfg.collective_timeout_s)
         if not dist.is_initialized():
-            dist.init_process_group(backend, device_id=self.device if self.device.type == "cuda" else None)
+            dist.init_process_group(
+                backend,
+                device_id=self.device if self.device.type == "cuda" else None,
+                timeout=dt.timedelta(seconds=cfg.collective_timeout_s),
+            )
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         # a separate group for the loop's own control messages keeps them out of the ledger's groups
         self.control = dist.new_group(backend="gloo")
@@ -178,6 +212,9 @@ class Worker:
         }
         rec["protocol"] = self.protocol.describe(Progress(0, 0, 0.0, 0.0, None))
         rec["totals"]["hardware_flops"] = 0
+        rec["faults"] = self._faults_section()
+        if self.rank == 0 and (cfg.checkpoint_every or cfg.max_restarts):
+            ckpt.write_config(cfg)
 
     # ---- one step ----------------------------------------------------------------------------------
     def train_step(self, step: int, clock: StepClock) -> torch.Tensor:
@@ -241,31 +278,122 @@ class Worker:
     def run(self) -> None:
         cfg = self.cfg
         clock = StepClock(self.device, cfg.clock_warmup, self.strategy.comm_period)
-        flops_per_step = 0.0
-        step, tokens = 0, 0
+        at = self._resume(clock) if self._resuming() else Position()
         self._write()
+        next_checkpoint = at.step + cfg.checkpoint_every
         while True:
-            with clock.step(step, self.step_tokens, on_clock=not self.metering.active(step)):
-                loss = self.metered_step(step, clock)
-            if (flops := self.metering.meter("flops")) and step in flops.steps():
-                flops_per_step = self._sum_flops(flops.local())
-            step += 1
-            tokens += self.step_tokens
-            evaluate = step % cfg.eval_every == 0
+            self._inject_fault(at.step)
+            with clock.step(at.step, self.step_tokens, on_clock=not self.metering.active(at.step)):
+                loss = self.metered_step(at.step, clock)
+            if (flops := self.metering.meter("flops")) and at.step in flops.steps():
+                at.flops_per_step = self._sum_flops(flops.local())
+            at.step += 1
+            at.tokens += self.step_tokens
+            self._note_recovery(at.step)
+            evaluate = at.step % cfg.eval_every == 0
             val_loss = self.evaluate() if evaluate else None
-            progress = Progress(step, tokens, step * flops_per_step, clock.elapsed, val_loss)
+            progress = Progress(at.step, at.tokens, at.step * at.flops_per_step, clock.elapsed, val_loss)
             self.spent = self.protocol.fraction(progress)
             stop = self._broadcast(self.protocol.done(progress) if self.rank == 0 else None)
             if stop and val_loss is None:
                 progress = dataclasses.replace(progress, val_loss=self.evaluate())
-            if evaluate or stop or step % cfg.log_every == 0 or step == 1:
+            if evaluate or stop or at.step % cfg.log_every == 0 or at.step == 1:
                 self._log(progress, self._mean(loss.item()), clock)
-            if evaluate:
-                self._write()
             if stop:
                 break
+            if cfg.checkpoint_every and at.step >= next_checkpoint and not self.metering.straddles(at.step):
+                self._checkpoint(at, clock)
+                next_checkpoint = at.step + cfg.checkpoint_every
+            elif evaluate:
+                self._write()
         self._final_evals()
-        self._close(progress, clock, flops_per_step)
+        self._close(progress, clock, at.flops_per_step)
+
+    # ---- checkpoints and faults (suite/checkpoint.py) ----------------------------------------------------
+    def _faults_section(self) -> dict:
+        cfg = self.cfg
+        injected = {"kill_rank": cfg.kill_rank, "hang_rank": cfg.hang_rank, "at_step": cfg.fault_step}
+        return {
+            "checkpoint_every": cfg.checkpoint_every,
+            "checkpoints": repository_path(ckpt.run_folder(cfg)),
+            "max_restarts": cfg.max_restarts,
+            "collective_timeout_s": cfg.collective_timeout_s,
+            "injected": injected if cfg.fault_step is not None else None,
+            "checkpoints_written": 0,
+            "checkpoint_s": 0.0,
+            "resumes": [],
+        }
+
+    def _resuming(self) -> bool:
+        return (self.cfg.resume or restart_count() > 0) and ckpt.latest(ckpt.run_folder(self.cfg)) is not None
+
+    def _checkpoint(self, at: Position, clock: StepClock) -> None:
+        """Save every rank's state after `at.step` steps, then the record (which names the checkpoint)."""
+        start = time.perf_counter()
+        loop = {
+            **dataclasses.asdict(at),
+            "spent": self.spent,
+            "clock": {"elapsed": clock.elapsed, "timed": [dataclasses.asdict(s) for s in clock.timed]},
+            "record": self.record if self.rank == 0 else None,
+        }
+        faults = self.record["faults"]
+        faults["checkpoints_written"] += 1  # before saving: the record kept in the checkpoint counts it
+        ckpt.save(self, at.step, loop)
+        faults["checkpoint_s"] += time.perf_counter() - start
+        self._write()
+
+    def _resume(self, clock: StepClock) -> Position:
+        """Continue from the newest checkpoint: every rank's state, the clock, the meters and the partial record."""
+        path = ckpt.latest(ckpt.run_folder(self.cfg))
+        loop = ckpt.load(self, path)
+        at = Position(loop["step"], loop["tokens"], loop["flops_per_step"])
+        self.spent = loop["spent"]
+        clock.elapsed = loop["clock"]["elapsed"]
+        clock.timed = [_Step(**s) for s in loop["clock"]["timed"]]  # the first steps after it warm up again
+        self.metering.restore(loop["meters"], at.step)
+        self.resumed_from = at.step
+        if self.rank == 0:
+            self._resumed_record(loop["record"], at.step)
+        return at
+
+    def _resumed_record(self, saved: dict, step: int) -> None:
+        failure = next((f for f in reversed(ckpt.faults(self.cfg)) if f["time"] < self.started), None)
+        entry = {
+            "from_step": step,
+            "attempt": restart_count(),
+            "how": "torchrun restart" if restart_count() > 0 else "python -m suite run --resume",
+            "failure": failure,
+            "restart_s": self.started - failure["time"] if failure else None,
+            "ready_s": time.time() - self.started,
+            "lost_steps": failure["step"] - step if failure else None,
+            "recovery_s": None,
+        }
+        saved["faults"]["resumes"].append(entry)
+        saved["error"] = None
+        self.record = saved
+
+    def _note_recovery(self, step: int) -> None:
+        """Recovery time of an injected fault: from the fault until the resumed run is past the step it died at."""
+        resumes = self.record["faults"]["resumes"]
+        last = resumes[-1] if resumes else None
+        if not (last and last["failure"]) or last["recovery_s"] is not None:
+            return
+        if step > last["failure"]["step"]:
+            last["recovery_s"] = time.time() - last["failure"]["time"]
+
+    def _inject_fault(self, step: int) -> None:
+        cfg = self.cfg
+        if step != cfg.fault_step or self.resumed_from is not None or restart_count() > 0:
+            return
+        kind = "killed" if cfg.kill_rank == self.rank else "hung" if cfg.hang_rank == self.rank else None
+        if kind is None:
+            return
+        ckpt.note_fault(cfg, {"event": kind, "rank": self.rank, "step": step, "time": time.time()})
+        print(f"fault injection: worker {self.rank} {kind} at step {step}", file=sys.stderr, flush=True)
+        if kind == "killed":
+            os.kill(os.getpid(), signal.SIGKILL)
+        while True:  # stops answering: the other workers' next collective times out
+            time.sleep(3600)
 
     def _final_evals(self) -> None:
         """Checkpoint and downstream scores of the evaluation model, off the clock and off the ledger."""
@@ -352,6 +480,7 @@ class Worker:
             "period": clock.period,
             "whole_periods": clock.whole_periods(),
             "phases_s_median": clock.phase_medians(),
+            **clock.cpu_summary(self.control),
             "method": "wall-clock of timed steps (after warm-up, metered steps and evaluation excluded), over "
             "whole periods of the method's pattern; step_s_median: the median over periods of their mean step; "
             "phases: medians of forward+backward, gradient aggregation no wrapper does, optimizer step "
@@ -367,12 +496,28 @@ class Worker:
 
     def fail(self, err: BaseException) -> None:
         """Rank 0 records how the run ended; other ranks leave that to it (or to the launcher)."""
-        self.record["status"] = "incomplete" if isinstance(err, KeyboardInterrupt) else "failed"
-        self.record["error"] = "".join(traceback.format_exception_only(type(err), err)).strip()
+        resumable = ckpt.latest(ckpt.run_folder(self.cfg)) is not None
+        if self._resuming() and self.resumed_from is None and self.cfg.record_path().is_file():
+            self.record = read_record(self.cfg.record_path())  # a failed resume keeps what the record held
+        self.record["status"] = "incomplete" if resumable or isinstance(err, KeyboardInterrupt) else "failed"
+        self.record["error"] = failure_text(err, self.cfg)
         try:
             self._write()
         except Exception as write_err:  # the original error matters more than this one
             print(f"could not write the record: {write_err}", file=sys.stderr)
+
+
+def failure_text(err: BaseException, cfg: RunConfig) -> str:
+    """The error as one line of the record, with what to do about it."""
+    text = "".join(traceback.format_exception_only(type(err), err)).strip()
+    if "timed out" in text.lower() or "timeout" in text.lower():
+        text = (
+            f"a collective waited longer than collective_timeout_s={cfg.collective_timeout_s:g} s: a worker stopped "
+            f"answering (or raise --collective-timeout); {text}"
+        )
+    if ckpt.latest(ckpt.run_folder(cfg)) is not None:
+        text += f"; resume it with python -m suite run --resume {cfg.record_path()}"
+    return text
 
 
 def train(cfg: RunConfig) -> Path:

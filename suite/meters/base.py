@@ -77,6 +77,7 @@ class Metering:
 
     def __init__(self, meters: list[Meter]) -> None:
         self.meters = meters
+        self._restored: dict[str, Any] = {}
 
     def meter(self, name: str) -> Meter | None:
         """The meter that writes section `name`, if it runs on this run."""
@@ -101,7 +102,16 @@ class Metering:
         return max((m.steps()[-1] for m in self.meters if len(m.steps())), default=-1)
 
     def results(self) -> dict[str, Any]:
-        return {m.name: m.local() for m in self.meters}
+        return {m.name: self._restored[m.name] if m.name in self._restored else m.local() for m in self.meters}
+
+    def straddles(self, step: int) -> bool:
+        """Whether a meter has run on some steps before `step` and runs on more from it (a checkpoint taken
+        there could not restore that meter's half-done result)."""
+        return any(m.steps().start < step < m.steps().stop for m in self.meters if len(m.steps()))
+
+    def restore(self, saved: dict[str, Any], step: int) -> None:
+        """After a resume at `step`: the results saved then stand for the meters that had finished by then."""
+        self._restored = {m.name: saved.get(m.name) for m in self.meters if len(m.steps()) and m.steps()[-1] < step}
 
     def types(self) -> list[type[Meter]]:
         return [type(m) for m in self.meters]

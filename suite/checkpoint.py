@@ -1,0 +1,349 @@
+"""Checkpoints of a run at a step cadence (torch.distributed.checkpoint), and resuming from them.
+
+Layout, under `<checkpoint_dir>/<run_id>/`:
+    run.json          the run's config (what `run --resume RECORD` and torchrun's restarts start from)
+    step-000040/      DCP's files (every tensor) and loop.json (everything else, JSON), written as
+                      `.step-000040.tmp` and renamed once complete, so a reader never sees half of one
+    faults.jsonl      one line per injected fault (its rank, step and time), read to time the recovery
+
+Every rank saves its own part under its own keys (`rank3/model/...`): what a rank holds differs by method
+(an SDP worker holds some blocks, an FL group's replica drifts between averagings, FSDP2 holds a shard),
+and DCP's resharding would need one global name per tensor, which those methods do not have. A resume
+therefore needs the same world size and method, and it is bit for bit: parameters, optimizer states
+(outer optimizers and their parameters too), the schedule, every RNG (torch, CUDA, Python, NumPy and any
+torch.Generator an optimizer or the strategy holds), the loop's position, the clock, the meters' results
+and the partial record.
+
+Loading files from elsewhere runs no code: DCP unpickles its `.metadata` and `torch.load`s non-tensor
+items with weights_only=False, so here the metadata goes through an unpickler that admits DCP's own
+metadata classes only, and no non-tensor item is ever stored (loop.json is JSON).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import pickle
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+
+from suite.config import RunConfig
+from suite.records import atomic_write
+from suite.strategy import local_tensor
+
+if TYPE_CHECKING:
+    from suite.train import Worker
+
+KEEP = 2  # checkpoints kept per run: the newest can be the one a kill interrupted while it was written
+STEP_DIR = re.compile(r"^step-(\d{6,})$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that is missing, corrupt, hostile, or made by another configuration."""
+
+
+def run_folder(cfg: RunConfig) -> Path:
+    return Path(cfg.checkpoint_dir) / str(cfg.run_id)
+
+
+def latest(folder: Path) -> Path | None:
+    """The newest complete checkpoint in a run's folder (temporary ones start with a dot and are skipped)."""
+    steps = [(int(m.group(1)), p) for p in folder.glob("step-*") if (m := STEP_DIR.match(p.name)) and p.is_dir()]
+    complete = [(s, p) for s, p in steps if (p / "loop.json").is_file()]
+    return max(complete)[1] if complete else None
+
+
+def config_of(folder: Path) -> RunConfig:
+    """The config a run's checkpoints were made with."""
+    try:
+        return RunConfig.from_json((folder / "run.json").read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"no checkpoints at {str(folder)!r} (run.json missing)") from None
+    except (ValueError, TypeError, KeyError) as err:
+        raise CheckpointError(f"{folder / 'run.json'}: not a run config ({err})") from None
+
+
+def write_config(cfg: RunConfig) -> None:
+    folder = run_folder(cfg)
+    atomic_write(folder / "run.json", lambda f: f.write(cfg.to_json()))
+
+
+def note_fault(cfg: RunConfig, event: dict) -> None:
+    """Append one injected fault; written before the fault so that a killed worker leaves its time behind."""
+    path = run_folder(cfg) / "faults.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(json.dumps(event) + "\n")
+        f.flush()
+
+
+def faults(cfg: RunConfig) -> list[dict]:
+    path = run_folder(cfg) / "faults.jsonl"
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut by the kill it announced
+    return out
+
+
+# ---- what a rank holds -------------------------------------------------------------------------------
+def _optimizers(worker: Worker) -> list[torch.optim.Optimizer]:
+    return [worker.optimizer, *worker.strategy.optimizers()]
+
+
+def _owners(worker: Worker) -> dict[str, Any]:
+    """What may hold a torch.Generator of its own (Dion's sketch): the optimizers and the strategy, by key."""
+    return {**{f"optim{i}": o for i, o in enumerate(_optimizers(worker))}, "strategy": worker.strategy}
+
+
+def _generators(worker: Worker) -> dict[str, torch.Generator]:
+    """Every torch.Generator attribute of an owner, as `owner.attribute`."""
+    return {
+        f"{name}.{attr}": value
+        for name, owner in _owners(worker).items()
+        for attr, value in sorted(vars(owner).items())
+        if isinstance(value, torch.Generator)
+    }
+
+
+def _tensors(worker: Worker, generators: list[str]) -> dict[str, torch.Tensor]:
+    """This rank's tensors under its own keys; the values share storage with what the run holds."""
+    prefix = f"rank{worker.rank}"
+    out: dict[str, torch.Tensor] = {}
+    model_params = {id(p) for p in worker.model.parameters()}
+    for name, t in [*worker.model.named_parameters(), *worker.model.named_buffers()]:
+        out[f"{prefix}/model/{name}"] = local_tensor(t.data)
+    for i, opt in enumerate(_optimizers(worker)):
+        params = [p for group in opt.param_groups for p in group["params"]]
+        for j, p in enumerate(params):
+            if id(p) not in model_params:  # an outer optimizer's own parameter (DiLoCo's anchor)
+                out[f"{prefix}/optim{i}/param{j}"] = local_tensor(p.data)
+            for key, value in opt.state.get(p, {}).items():
+                if isinstance(value, torch.Tensor):
+                    out[f"{prefix}/optim{i}/state{j}/{key}"] = local_tensor(value)
+    out[f"{prefix}/rng/torch"] = torch.get_rng_state()
+    if worker.device.type == "cuda":
+        out[f"{prefix}/rng/cuda"] = torch.cuda.get_rng_state(worker.device)
+    gens = _generators(worker)
+    for key in generators:
+        out[f"{prefix}/rng/{key}"] = gens[key].get_state()
+    return out
+
+
+def _plain_state(opt: torch.optim.Optimizer) -> dict:
+    params = [p for group in opt.param_groups for p in group["params"]]
+    return {
+        "param_groups": [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups],
+        "state": {
+            str(j): {k: v for k, v in opt.state.get(p, {}).items() if not isinstance(v, torch.Tensor)}
+            for j, p in enumerate(params)
+        },
+    }
+
+
+def _rank_state(worker: Worker, loop: dict) -> dict:
+    generators = list(_generators(worker))
+    np_state = np.random.get_state()
+    return {
+        "loop": loop,
+        "optimizers": [_plain_state(o) for o in _optimizers(worker)],
+        "schedule": worker.schedule.state_dict(),
+        "python_random": random.getstate(),
+        "numpy_random": [np_state[0], np_state[1].tolist(), *np_state[2:]],
+        "generators": generators,
+        "meters": worker.metering.results(),
+    }
+
+
+# ---- saving ------------------------------------------------------------------------------------------
+def save(worker: Worker, step: int, loop: dict) -> Path:
+    """Every rank's state after `step` steps into `step-<step>/`; returns the folder once every rank is done."""
+    folder = run_folder(worker.cfg)
+    final = folder / f"step-{step:06d}"
+    tmp = folder / f".step-{step:06d}.tmp"
+    if worker.rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)  # left by a kill during an earlier attempt at this step
+        tmp.mkdir(parents=True)
+    dist.barrier(group=worker.control)
+    state = _rank_state(worker, loop)
+    try:
+        text = json.dumps(state, allow_nan=True)
+    except TypeError as err:
+        raise CheckpointError(f"a run's state must be plain data to be checkpointed: {err}") from None
+    dcp.save(_tensors(worker, state["generators"]), storage_writer=FileSystemWriter(tmp), process_group=worker.control)
+    texts = [None] * worker.world
+    dist.all_gather_object(texts, text, group=worker.control)
+    if worker.rank == 0:
+        body = f'{{"step": {step}, "world_size": {worker.world}, "ranks": [{", ".join(texts)}]}}'
+        atomic_write(tmp / "loop.json", lambda f: f.write(body))
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        _prune(folder)
+    dist.barrier(group=worker.control)  # no rank goes on (or dies) before the checkpoint is complete
+    return final
+
+
+def _prune(folder: Path) -> None:
+    steps = sorted((int(m.group(1)), p) for p in folder.iterdir() if (m := STEP_DIR.match(p.name)))
+    for _, old in steps[:-KEEP]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+# ---- loading -----------------------------------------------------------------------------------------
+_SAFE_MODULES = ("torch.distributed.checkpoint.", "collections", "torch._utils")
+_SAFE_NAMES = {
+    ("torch.serialization", "_get_layout"),  # maps a name to torch.strided and the other layouts
+    ("pathlib", "PosixPath"),  # the checkpoint's own path, kept in its storage metadata
+    ("pathlib", "WindowsPath"),
+}
+_SAFE_BUILTINS = {"set", "frozenset", "tuple", "list", "dict", "slice", "int", "float", "bool", "str", "bytes"}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Admits DCP's metadata classes, torch's dtypes and sizes, and plain containers; refuses anything else."""
+
+    def find_class(self, module: str, name: str):
+        if module == "builtins" and name in _SAFE_BUILTINS:
+            return super().find_class(module, name)
+        if module == "torch" and (name == "Size" or isinstance(getattr(torch, name, None), torch.dtype)):
+            return super().find_class(module, name)
+        if (module, name) in _SAFE_NAMES:
+            return super().find_class(module, name)
+        if module.startswith(_SAFE_MODULES):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"checkpoint metadata names {module}.{name}, which a checkpoint never holds")
+
+
+class _SafeReader(FileSystemReader):
+    def read_metadata(self, *args, **kwargs):
+        path = Path(self.path) / ".metadata"
+        try:
+            metadata = _MetadataUnpickler(io.BytesIO(path.read_bytes())).load()
+        except FileNotFoundError:
+            raise CheckpointError(f"{self.path}: no DCP metadata (not a checkpoint, or an interrupted one)") from None
+        except Exception as err:  # any malformed pickle: truncated, hostile, or of another format
+            raise CheckpointError(f"{path}: unreadable checkpoint metadata ({err})") from None
+        metadata.storage_meta = metadata.storage_meta or dcp.metadata.StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+class _TensorsOnlyPlanner(DefaultLoadPlanner):
+    def load_bytes(self, read_item, value) -> None:
+        raise CheckpointError("the checkpoint holds a non-tensor item; this suite's checkpoints hold tensors only")
+
+
+def read_loop(path: Path, world: int) -> dict:
+    """loop.json of a checkpoint, checked against this run's world size."""
+    try:
+        data = json.loads((path / "loop.json").read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no loop.json (an interrupted checkpoint)") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{path / 'loop.json'}: not valid JSON ({err})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("ranks"), list) or not isinstance(data.get("step"), int):
+        raise CheckpointError(f"{path / 'loop.json'}: not a checkpoint's loop state")
+    if data.get("world_size") != world or len(data["ranks"]) != world:
+        raise CheckpointError(
+            f"{path} was written by {data.get('world_size')} workers, this run has {world}; "
+            "resume with the same --nproc"
+        )
+    return data
+
+
+def _materialise(opt: torch.optim.Optimizer) -> None:
+    """Create an optimizer's lazily made state (its shapes) with one step on zero gradients at learning rate 0.
+
+    What torch.distributed.checkpoint.state_dict does privately; the parameters it may touch are loaded after.
+    """
+    if opt.state:
+        return
+    params = [p for g in opt.param_groups for p in g["params"] if p.requires_grad]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    lrs = [g.get("lr") for g in opt.param_groups]
+    for g in opt.param_groups:
+        if "lr" in g:
+            g["lr"] = 0.0
+    opt.step()
+    for g, lr in zip(opt.param_groups, lrs):
+        if lr is not None:
+            g["lr"] = lr
+    opt.zero_grad(set_to_none=True)
+
+
+def _as_saved(current: Any, saved: Any) -> Any:
+    return tuple(saved) if isinstance(current, tuple) and isinstance(saved, list) else saved
+
+
+def load(worker: Worker, path: Path) -> dict:
+    """Restore this rank from checkpoint `path` (every rank calls it); returns the loop state saved with it."""
+    data = read_loop(path, worker.world)
+    mine = data["ranks"][worker.rank]
+    if len(mine.get("optimizers", [])) != len(_optimizers(worker)):
+        raise CheckpointError(f"{path} was made by another method or optimizer; resume it with its own run.json")
+    for opt in _optimizers(worker):
+        _materialise(opt)
+    _match_generators(worker, mine["generators"])
+    tensors = _tensors(worker, mine["generators"])
+    _SafeReader(path).read_metadata()  # refuses a hostile or broken .metadata with its own error, before DCP does
+    try:
+        dcp.load(tensors, storage_reader=_SafeReader(path), planner=_TensorsOnlyPlanner(), process_group=worker.control)
+    except CheckpointError:
+        raise
+    except Exception as err:  # DCP's own: missing keys, wrong shapes, truncated files
+        last = [line for line in str(err).splitlines() if line.strip()][-1]
+        raise CheckpointError(f"{path}: cannot load this run's state from it ({last})") from None
+    _restore_plain(worker, mine, tensors)
+    return {**mine["loop"], "meters": mine["meters"]}
+
+
+def _match_generators(worker: Worker, saved: list[str]) -> None:
+    """The generators that existed at the checkpoint exist now (their state is loaded next); the others are
+    dropped, so that the code that makes them lazily makes them again as the uninterrupted run did."""
+    owners = _owners(worker)
+    for key in saved:
+        name, _, attr = key.partition(".")
+        if name not in owners:
+            raise CheckpointError(f"the checkpoint holds generator {key!r}, which this run has no owner for")
+        if not isinstance(getattr(owners[name], attr, None), torch.Generator):
+            setattr(owners[name], attr, torch.Generator(device=worker.device))
+    for key in set(_generators(worker)) - set(saved):
+        name, _, attr = key.partition(".")
+        setattr(owners[name], attr, None)
+
+
+def _restore_plain(worker: Worker, mine: dict, tensors: dict[str, torch.Tensor]) -> None:
+    prefix = f"rank{worker.rank}"
+    for opt, saved in zip(_optimizers(worker), mine["optimizers"]):
+        for group, saved_group in zip(opt.param_groups, saved["param_groups"]):
+            for k, v in saved_group.items():
+                group[k] = _as_saved(group.get(k), v)
+        params = [p for g in opt.param_groups for p in g["params"]]
+        for j, p in enumerate(params):
+            opt.state[p].update(saved["state"].get(str(j), {}))
+    worker.schedule.load_state_dict(mine["schedule"])
+    version, internal, gauss = mine["python_random"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = mine["numpy_random"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(tensors[f"{prefix}/rng/torch"])
+    if worker.device.type == "cuda":
+        torch.cuda.set_rng_state(tensors[f"{prefix}/rng/cuda"], worker.device)
+    gens = _generators(worker)
+    for key in mine["generators"]:
+        gens[key].set_state(tensors[f"{prefix}/rng/{key}"])
