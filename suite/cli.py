@@ -172,7 +172,7 @@ def cmd_report(args: argparse.Namespace, argv: list[str]) -> int:
 def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
     from suite.extensions import get_reproduction
     from suite.plans import load_plan
-    from suite.reproduce import run_plan, table
+    from suite.reproduce import Interrupted, run_plan, table
 
     if args.list:
         return _list_reproductions()
@@ -185,11 +185,30 @@ def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
         raise UsageError(str(err)) from None
     results = Path(args.results or f"results/runs/{args.name}-{preset}")
     _check_writable(results)
+    on_slurm = args.launcher == "slurm"
     for cfg in plan.runs:
-        check_config(cfg)
+        # a cluster's nodes have the GPUs this machine (a login node) may lack
+        check_config(dataclasses.replace(cfg, device="cpu") if on_slurm else cfg)
     for note in plan.notes:
         print(f"note: {note}", file=sys.stderr)
-    records = run_plan(plan, results)
+    missing = 0
+    try:
+        if on_slurm:
+            from suite.slurm import options_from_args, run_plan_on_slurm
+
+            outcome = run_plan_on_slurm(plan, results, options_from_args(args), args.fresh)
+            if outcome is None:  # --dry-run: the scripts are printed, nothing ran
+                return 0
+            records, missing = outcome
+        else:
+            records = run_plan(plan, results, args.fresh)
+    except Interrupted as err:
+        print(
+            f"{err}: the records written so far stay in {results}; "
+            "run the same command again to resume (complete records are skipped)",
+            file=sys.stderr,
+        )
+        return 128 + err.signum
     print(table(records))
     report = Path(args.report or f"reports/{args.name}")
     try:
@@ -200,7 +219,7 @@ def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"report not written: {err}", file=sys.stderr)
     if (own := get_reproduction(args.name).report) is not None:
         print(own(results, report))
-    return 0 if all(r["status"] == "complete" for r in records) else 1
+    return 0 if not missing and all(r["status"] == "complete" for r in records) else 1
 
 
 def cmd_verdicts(args: argparse.Namespace, argv: list[str]) -> int:
@@ -396,6 +415,21 @@ def parser() -> argparse.ArgumentParser:
     )
     rep.add_argument("--results", help="folder for the run records (default results/runs/NAME-PRESET)")
     rep.add_argument("--report", help="folder for the HTML report (default reports/NAME)")
+    rep.add_argument(
+        "--fresh",
+        action="store_true",
+        help="run every item, even those whose complete record is in --results (it is replaced once the new one "
+        "is complete); without it the plan resumes: such items are skipped",
+    )
+    rep.add_argument(
+        "--launcher",
+        choices=("local", "slurm"),
+        default="local",
+        help="local: workers on this machine; slurm: one batch job per run (estimates and microbenchmarks run here)",
+    )
+    from suite.slurm import add_arguments
+
+    add_arguments(rep)
     mic = sub.add_parser("micro", help="run one microbenchmark item of a reproduction's plan; prints its record's path")
     mic.add_argument("name", help="a reproduction (`python -m suite reproduce --list`)")
     mic.add_argument("item", help="the item's name in the plan")

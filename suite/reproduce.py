@@ -1,69 +1,344 @@
-"""Run a reproduction's plan, print its comparison table, and write its HTML report."""
+"""Run a reproduction's plan, print its comparison table, and write its HTML report.
+
+Plans resume. Each item of a plan (a run, an estimate with its projections, a microbenchmark item) has the
+command that makes it, and the plan skips an item whose results folder already holds a complete record of
+the same configuration, so the same command run again after a crash, a reboot or Ctrl-C picks up where the
+plan stopped. Same configuration means:
+- the same command, read as words, without the folder it wrote into (`--results`, `--write`) and with a
+  record argument (simulate's) by its file name. The command names every setting that differs from the
+  defaults (suite.config.command_line): method and its parameters, model, workers, budget, seed, options,
+  the reproduction. The folder is left out because every record compared lies in that one folder, which
+  may have moved since (a committed folder; an absolute path on one machine, a relative one on another);
+- for a run or an estimate, the same recorded settings as well: the command names only what differs from
+  today's defaults, so a default changed since the record was made would otherwise pass unseen (fields a
+  record does not know, added since, are not compared);
+- for a microbenchmark item, the same function, shapes, warm-up, repeat and device (its command names
+  only the item).
+No key sees a change to a method's or an item's code (the record keeps git_sha): `--fresh` reruns.
+
+A failed or incomplete record does not count as done. `--fresh` runs every item. A new record supersedes
+the older records of its configuration only once it is complete (they are removed then), so a folder
+never holds two complete records of one configuration, which the verdicts would pool as seeds, and a fresh
+run that dies loses nothing; an older record that is not complete goes as soon as a newer one is written.
+Records are written one per item as the plan goes: an interrupted plan loses at most the item in
+progress, whose record says `incomplete` with the interruption.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import shlex
+import signal
 import sys
+from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
-from suite.config import command_line
+from torch.distributed.elastic.multiprocessing.api import SignalException
+
+from suite.config import RunConfig, command_line
 from suite.launch import launch
 from suite.micro import Microbench, micro_record
 from suite.plans import Estimate, Plan
-from suite.recorder import repository_path
-from suite.records import read_record, summary_row, write_record
+from suite.recorder import failed_record, new_run_id, repository_path
+from suite.records import RecordError, load_records, read_record, summary_row, write_record
 
 MB = 1e6
+# flags whose value is the folder a command wrote into
+_FOLDER_FLAGS = ("--results", "--write")
+# settings that name where or as what a record was written, not what ran
+_NOT_COMPARED = ("results", "variant", "command", "run_id")
 
 
-def run_plan(plan: Plan, results: Path) -> list[dict]:
-    """Launch every run of the plan in order; a failed run is recorded and the plan goes on."""
+class Interrupted(Exception):
+    """The plan stopped on a signal (Ctrl-C, SIGTERM); what was written stays, and the same command resumes."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def config_key(command: str) -> tuple[str, ...]:
+    """What identifies a configuration in one results folder: the command's words (module docstring)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:  # unbalanced quotes: no planned command looks like that, so it matches none
+        return (command,)
+    key, folder_value = [], False
+    for word in words:
+        if folder_value:
+            folder_value = False
+        elif word in _FOLDER_FLAGS:
+            folder_value = True
+        else:
+            key.append(Path(word).name if word.endswith(".json") else word)
+    return tuple(key)
+
+
+def _plain(value: object) -> object:
+    """As JSON gives it back (tuples become lists), so planned and recorded values compare."""
+    return json.loads(json.dumps(value))
+
+
+def same_settings(settings: dict) -> Callable[[dict], bool]:
+    """Whether a record's settings equal these, on the fields both know."""
+    planned = _plain({k: v for k, v in settings.items() if k not in _NOT_COMPARED})
+
+    def check(rec: dict) -> bool:
+        recorded = rec.get("settings") or {}
+        return all(recorded[k] == v for k, v in planned.items() if k in recorded)
+
+    return check
+
+
+def same_item(item: Microbench) -> Callable[[dict], bool]:
+    """Whether a microbenchmark record measured this item as the plan now defines it."""
+    want = _plain([item.function, item.warmup, item.repeat, item.shapes, item.device.split(":")[0]])
+
+    def check(rec: dict) -> bool:
+        micro = rec.get("micro") or {}
+        rows = micro.get("rows") or []
+        got = [micro.get("function"), micro.get("warmup"), micro.get("repeat"), [r.get("shape") for r in rows]]
+        return got + [rec["env"]["device"]] == want
+
+    return check
+
+
+class Folder:
+    """A plan's results folder: its records by configuration, and which of them an item supersedes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.by_key: dict[tuple, list[dict]] = defaultdict(list)
+        for rec in load_records(self.path)[0]:
+            self.by_key[config_key(rec["command"])].append(rec)
+        for recs in self.by_key.values():
+            complete = [r["_path"] for r in recs if r["status"] == "complete"]
+            if len(complete) > 1:
+                _say(
+                    f"warning: {len(complete)} complete records of one configuration ({', '.join(complete)}); "
+                    "the verdicts pool them as seeds: keep one, or rerun the plan with --fresh"
+                )
+
+    def records_of(self, command: str) -> list[dict]:
+        return list(self.by_key.get(config_key(command), []))
+
+    def done(self, command: str, same: Callable[[dict], bool] | None = None) -> dict | None:
+        """The newest complete record of this configuration, or None."""
+        found = [r for r in self.records_of(command) if r["status"] == "complete" and (same is None or same(r))]
+        return max(found, key=lambda r: (r["created"], r["_path"]), default=None)
+
+    def add(self, record: dict, path: Path) -> None:
+        """`record`, just written at `path`, supersedes the older records of its configuration: all of them
+        when it is complete; otherwise those that are not complete (a complete one stays until replaced)."""
+        key, path = config_key(record["command"]), Path(path)
+        keep = []
+        for old in self.by_key.get(key, []):
+            if Path(old["_path"]) == path:
+                continue  # the same file, rewritten
+            if record["status"] == "complete" or old["status"] != "complete":
+                self._remove(old, path)
+            else:
+                keep.append(old)
+        record["_path"] = str(path)
+        self.by_key[key] = [*keep, record]
+
+    def _remove(self, old: dict, by: Path) -> None:
+        """Remove `old` and the projections made from it (they name it as their source)."""
+        Path(old["_path"]).unlink(missing_ok=True)
+        _say(f"removed {old['_path']}: superseded by {by}")
+        for key, recs in self.by_key.items():
+            derived = [r for r in recs if (r.get("simulation") or {}).get("source_run_id") == old["run_id"]]
+            for rec in derived:
+                Path(rec["_path"]).unlink(missing_ok=True)
+                _say(f"removed {rec['_path']}: projected from {old['_path']}")
+            self.by_key[key] = [r for r in recs if r not in derived]
+
+
+def plan_run(cfg: RunConfig, results: Path) -> RunConfig:
+    """`cfg` set to write into `results`, with the command that makes it (repository-relative folder)."""
+    cfg.results = str(results)
+    cfg.command = f"{command_line(cfg)} --results {repository_path(results)}"
+    return cfg
+
+
+def run_plan(plan: Plan, results: Path, fresh: bool = False) -> list[dict]:
+    """Every item of the plan in order, skipping those done (unless `fresh`); a failed run is recorded and
+    the plan goes on. Returns the plan's records, skipped items' included; Interrupted on a signal."""
+    folder = Folder(results)
+    total = len(plan.runs) + len(plan.estimates) + len(plan.micro)
+    try:
+        records = [
+            run_item(plan_run(cfg, results), folder, f"{i}/{total}", fresh) for i, cfg in enumerate(plan.runs, 1)
+        ]
+        return records + run_local_items(plan, folder, fresh, len(plan.runs), total)
+    except KeyboardInterrupt:
+        raise Interrupted(signal.SIGINT) from None
+    except SignalException as err:  # torchrun's agent turns SIGINT and SIGTERM into this once it has run
+        raise Interrupted(err.sigval) from None
+
+
+def run_local_items(plan: Plan, folder: Folder, fresh: bool, before: int, total: int) -> list[dict]:
+    """The plan's estimates (with their projections) and microbenchmark items, in this process."""
     records = []
-    for i, cfg in enumerate(plan.runs, 1):
-        cfg.results = str(results)
-        cfg.command = f"{command_line(cfg)} --results {repository_path(results)}"
-        print(f"[{i}/{len(plan.runs)}] {cfg.command}", file=sys.stderr, flush=True)
-        path = launch(cfg)
-        records.append(read_record(path))
-        print(path, file=sys.stderr, flush=True)
-    for i, est in enumerate(plan.estimates, 1):
-        records += run_estimate(est, results, f"estimate {i}/{len(plan.estimates)}")
-    for i, item in enumerate(plan.micro, 1):
-        records.append(run_micro(plan, item, results, f"micro {i}/{len(plan.micro)}"))
+    for i, est in enumerate(plan.estimates, before + 1):
+        records += _estimate_item(est, folder, f"{i}/{total}", fresh)
+    for i, item in enumerate(plan.micro, before + len(plan.estimates) + 1):
+        records.append(_micro_item(plan, item, folder, f"{i}/{total}", fresh))
     return records
+
+
+def run_item(cfg: RunConfig, folder: Folder, progress: str, fresh: bool) -> dict:
+    """One planned run (`plan_run` has set its command): skipped when done, launched otherwise."""
+    done = None if fresh else folder.done(cfg.command, same_settings(dataclasses.asdict(cfg)))
+    if done is not None:
+        _say(f"skip [{progress}] {cfg.command}: complete record {done['_path']}")
+        return done
+    _say(f"[{progress}] {cfg.command}")
+    cfg.run_id = cfg.run_id or new_run_id(cfg)
+    try:
+        path = _run_one(cfg, folder.records_of(cfg.command))
+    except BaseException as err:
+        if not isinstance(err, (KeyboardInterrupt, SignalException)):
+            raise
+        _close_interrupted(cfg, err)
+        _settle(folder, cfg.record_path())
+        raise
+    record = _settle(folder, path)
+    _say(str(path))
+    return record
+
+
+def _run_one(cfg: RunConfig, existing: list[dict]) -> Path:
+    """Run one planned configuration; returns its record's path (written even when the run failed).
+
+    `existing`: the folder's earlier records of this configuration (failed or incomplete ones, and under
+    --fresh complete ones too). The seam for resuming an incomplete record from its checkpoint instead of
+    starting again.
+    """
+    try:
+        return launch(cfg)
+    except (KeyboardInterrupt, SignalException):
+        raise
+    except Exception as err:  # the launcher itself failed (no rendezvous, no fork): recorded, the plan goes on
+        write_record(failed_record(cfg, cfg.nproc, f"the launcher failed: {err}"), cfg.record_path())
+        return cfg.record_path()
+
+
+def _close_interrupted(cfg: RunConfig, err: BaseException) -> None:
+    """The interrupted run's record says `incomplete`, with the signal (written here if no worker could)."""
+    sig = signal.Signals(getattr(err, "sigval", signal.SIGINT)).name
+    path = cfg.record_path()
+    try:
+        rec = read_record(path)
+    except (RecordError, OSError):
+        rec = failed_record(cfg, cfg.nproc, "")
+    if rec["status"] == "complete":
+        return
+    said = f"; the workers reported: {rec['error']}" if rec.get("error") else ""
+    rec["status"], rec["error"] = "incomplete", f"interrupted by {sig}: the plan was stopped{said}"
+    write_record(rec, path)
+
+
+def _settle(folder: Folder, path: Path) -> dict:
+    record = read_record(path)
+    folder.add(record, path)
+    return record
+
+
+def micro_command(plan: Plan, item: Microbench, results: Path) -> str:
+    return f"python -m suite micro {plan.name} {item.name} --preset {plan.preset} --results {repository_path(results)}"
 
 
 def run_micro(plan: Plan, item: Microbench, results: Path, progress: str) -> dict:
     """Measure one microbenchmark item of `plan` in this process and write its record into `results`."""
-    where = repository_path(results)
-    command = f"python -m suite micro {plan.name} {item.name} --preset {plan.preset} --results {where}"
-    print(f"[{progress}] {command}", file=sys.stderr, flush=True)
+    command = micro_command(plan, item, results)
+    _say(f"[{progress}] {command}")
     record = micro_record(item, plan.name, command, str(results))
-    print(write_record(record, results / f"{record['run_id']}.json"), file=sys.stderr, flush=True)
+    path = write_record(record, results / f"{record['run_id']}.json")
+    record["_path"] = str(path)
+    _say(str(path))
     return record
+
+
+def _micro_item(plan: Plan, item: Microbench, folder: Folder, progress: str, fresh: bool) -> dict:
+    command = micro_command(plan, item, folder.path)
+    done = None if fresh else folder.done(command, same_item(item))
+    if done is not None:
+        _say(f"skip [{progress}] {command}: complete record {done['_path']}")
+        return done
+    record = run_micro(plan, item, folder.path, progress)
+    folder.add(record, Path(record["_path"]))
+    return record
+
+
+def estimate_command(est: Estimate, results: Path) -> str:
+    where = repository_path(results)
+    return f"{command_line(est.cfg, 'estimate')} --gpus-per-node {est.gpus_per_node} --results {where}"
+
+
+def _projection_command(source: Path, topology: str, mfu: float, results: Path) -> str:
+    return (
+        f"python -m suite simulate {repository_path(source)} --topology {topology} --mfu {mfu} "
+        f"--write {repository_path(results)}"
+    )
+
+
+def _estimate(est: Estimate, results: Path, command: str) -> dict:
+    from suite.estimate import estimate
+
+    record = estimate(dataclasses.replace(est.cfg, results=str(results), command=command), est.gpus_per_node)
+    record["_path"] = str(write_record(record, results / f"{record['run_id']}.json"))
+    _say(record["_path"])
+    return record
+
+
+def _project(source: dict, topology: str, mfu: float, results: Path) -> dict:
+    from suite.sim import get_topology, project, simulated_record
+
+    command = _projection_command(Path(source["_path"]), topology, mfu, results)
+    clean = {k: v for k, v in source.items() if k != "_path"}
+    sim = simulated_record(clean, project(clean, get_topology(topology), mfu=mfu), command)
+    sim["_path"] = str(write_record(sim, results / f"{sim['run_id']}.json"))
+    _say(sim["_path"])
+    return sim
 
 
 def run_estimate(est: Estimate, results: Path, progress: str) -> list[dict]:
     """The estimate's record and one simulated record per topology, written into `results`."""
-    from suite.estimate import estimate
-    from suite.sim import get_topology, project, simulated_record
+    command = estimate_command(est, results)
+    _say(f"[{progress}] {command}")
+    record = _estimate(est, results, command)
+    return [record, *(_project(record, name, est.mfu, results) for name in est.topologies)]
 
-    command = (
-        f"{command_line(est.cfg, 'estimate')} --gpus-per-node {est.gpus_per_node} --results {repository_path(results)}"
-    )
-    print(f"[{progress}] {command}", file=sys.stderr, flush=True)
-    record = estimate(dataclasses.replace(est.cfg, results=str(results), command=command), est.gpus_per_node)
-    path = write_record(record, results / f"{record['run_id']}.json")
-    print(path, file=sys.stderr, flush=True)
+
+def _estimate_item(est: Estimate, folder: Folder, progress: str, fresh: bool) -> list[dict]:
+    """An estimate skipped when done; each of its projections too (made from the estimate it projects)."""
+    from suite.estimate import prepare
+
+    command = estimate_command(est, folder.path)
+    done = None if fresh else folder.done(command, same_settings(dataclasses.asdict(prepare(est.cfg))))
+    if done is not None:
+        _say(f"skip [{progress}] {command}: complete record {done['_path']}")
+        record = done
+    else:
+        _say(f"[{progress}] {command}")
+        record = _estimate(est, folder.path, command)
+        folder.add(record, Path(record["_path"]))
     out = [record]
     for name in est.topologies:
-        sim = simulated_record(
-            record,
-            project(record, get_topology(name), mfu=est.mfu),
-            f"python -m suite simulate {repository_path(path)} --topology {name} --mfu {est.mfu} "
-            f"--write {repository_path(results)}",
-        )
-        print(write_record(sim, results / f"{sim['run_id']}.json"), file=sys.stderr, flush=True)
+        sim_command = _projection_command(Path(record["_path"]), name, est.mfu, folder.path)
+        sim = folder.done(sim_command)
+        if sim is not None:
+            _say(f"skip [{progress} projection] {sim_command}: complete record {sim['_path']}")
+        else:
+            sim = _project(record, name, est.mfu, folder.path)
+            folder.add(sim, Path(sim["_path"]))
         out.append(sim)
     return out
 
