@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from suite.atomic import atomic_write, write_text
 from suite.errors import UsageError
 
 JOBS = "jobs.jsonl"
@@ -180,8 +181,6 @@ class Jobs:
         self.jobs: list[dict] = [json.loads(line) for line in lines if line.strip()]
 
     def save(self) -> None:
-        from suite.records import atomic_write
-
         atomic_write(self.path, lambda f: f.writelines(json.dumps(job) + "\n" for job in self.jobs))
 
 
@@ -272,8 +271,7 @@ def _submit(plan, cfg, index: int, total: int, opts: SlurmOptions, folder, jobs:
         print(f"# ---- {slurm_dir / (name + '.sbatch')}\n{script}")
         return
     path = slurm_dir / f"{name}.sbatch"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(script)
+    write_text(path, script)
     job = _slurm("sbatch", "--parsable", str(path)).strip().split(";")[0]
     before = [str(Path(r["_path"]).relative_to(folder.path)) for r in folder.records_of(cfg.command)]
     log = str(slurm_dir / f"{name}-{job}.out")
