@@ -23,6 +23,7 @@ import getpass
 import json
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -218,7 +219,21 @@ def _gather(jobs: Jobs, still: set[str], folder) -> tuple[dict[str, dict], list[
 
 def run_plan_on_slurm(plan, results: Path, opts: SlurmOptions, fresh: bool = False):
     """Submit the plan's runs (those not done), run its other items here, wait, gather; None for a dry run,
-    else (the plan's records, how many runs' records did not arrive)."""
+    else (the plan's records, how many runs' records did not arrive). Interrupted on Ctrl-C."""
+    from suite.reproduce import Interrupted
+
+    try:
+        return _on_slurm(plan, results, opts, fresh)
+    except KeyboardInterrupt:
+        print(
+            f"the jobs submitted stay in the queue (their ids: {results / 'slurm' / JOBS}; scancel stops them); "
+            "the same command again waits for them and gathers their records",
+            file=sys.stderr,
+        )
+        raise Interrupted(signal.SIGINT) from None
+
+
+def _on_slurm(plan, results: Path, opts: SlurmOptions, fresh: bool):
     from suite.reproduce import Folder, config_key, plan_run, run_local_items, same_settings
 
     folder, total = Folder(results), len(plan.runs) + len(plan.estimates) + len(plan.micro)
