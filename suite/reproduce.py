@@ -157,7 +157,7 @@ class Folder:
             for rec in derived:
                 Path(rec["_path"]).unlink(missing_ok=True)
                 _say(f"removed {rec['_path']}: projected from {old['_path']}")
-            self.by_key[key] = [r for r in recs if r not in derived]
+            self.by_key[key] = [r for r in recs if all(r is not d for d in derived)]
 
 
 def plan_run(cfg: RunConfig, results: Path) -> RunConfig:
@@ -203,11 +203,9 @@ def run_item(cfg: RunConfig, folder: Folder, progress: str, fresh: bool) -> dict
     cfg.run_id = cfg.run_id or new_run_id(cfg)
     try:
         path = _run_one(cfg, folder.records_of(cfg.command))
-    except BaseException as err:
-        if not isinstance(err, (KeyboardInterrupt, SignalException)):
-            raise
+    except (KeyboardInterrupt, SignalException) as err:
         _close_interrupted(cfg, err)
-        _settle(folder, cfg.record_path())
+        _settle(folder, cfg.record_path())  # a run that completed as the signal came still replaces older ones
         raise
     record = _settle(folder, path)
     _say(str(path))
