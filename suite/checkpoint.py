@@ -2,8 +2,8 @@
 
 Layout, under `<checkpoint_dir>/<run_id>/`:
     run.json          the run's config (what `run --resume RECORD` and torchrun's restarts start from)
-    step-000040/      DCP's files (every tensor) and loop.json (everything else, JSON), written as
-                      `.step-000040.tmp` and renamed once complete, so a reader never sees half of one
+    step-000040/      DCP's files (every tensor) and loop.json (everything else, JSON), written under a
+                      dot-name and renamed once complete (suite.atomic), so no reader sees half of one
     faults.jsonl      one line per injected fault (its rank, step and time), read to time the recovery
 
 Every rank saves its own part under its own keys (`rank3/model/...`): what a rank holds differs by method
@@ -37,8 +37,8 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
+from suite.atomic import atomic_write, publish_folder, temporary_folder
 from suite.config import RunConfig
-from suite.records import atomic_write
 from suite.strategy import local_tensor
 
 if TYPE_CHECKING:
@@ -174,11 +174,10 @@ def save(worker: Worker, step: int, loop: dict) -> Path:
     """Every rank's state after `step` steps into `step-<step>/`; returns the folder once every rank is done."""
     folder = run_folder(worker.cfg)
     final = folder / f"step-{step:06d}"
-    tmp = folder / f".step-{step:06d}.tmp"
-    if worker.rank == 0:
-        shutil.rmtree(tmp, ignore_errors=True)  # left by a kill during an earlier attempt at this step
-        tmp.mkdir(parents=True)
+    if worker.rank == 0:  # a kill's leftover from an earlier attempt at this step
+        shutil.rmtree(temporary_folder(final, "save"), ignore_errors=True)
     dist.barrier(group=worker.control)
+    tmp = temporary_folder(final, "save")
     state = _rank_state(worker, loop)
     try:
         text = json.dumps(state, allow_nan=True)
@@ -190,8 +189,7 @@ def save(worker: Worker, step: int, loop: dict) -> Path:
     if worker.rank == 0:
         body = f'{{"step": {step}, "world_size": {worker.world}, "ranks": [{", ".join(texts)}]}}'
         atomic_write(tmp / "loop.json", lambda f: f.write(body))
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
+        publish_folder(tmp, final)
         _prune(folder)
     dist.barrier(group=worker.control)  # no rank goes on (or dies) before the checkpoint is complete
     return final

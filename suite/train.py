@@ -345,6 +345,7 @@ class Worker:
     def _resume(self, clock: StepClock) -> Position:
         """Continue from the newest checkpoint: every rank's state, the clock, the meters and the partial record."""
         path = ckpt.latest(ckpt.run_folder(self.cfg))
+        self._settle_wrappers()
         loop = ckpt.load(self, path)
         at = Position(loop["step"], loop["tokens"], loop["flops_per_step"])
         self.spent = loop["spent"]
@@ -355,6 +356,22 @@ class Worker:
         if self.rank == 0:
             self._resumed_record(loop["record"], at.step)
         return at
+
+    def _settle_wrappers(self) -> None:
+        """One forward and backward whose gradients are thrown away, before the checkpoint is loaded over them.
+
+        Wrappers tune themselves on their first steps: DDP rebuilds its buckets in the order gradients became
+        ready, and gloo's ring sums each element in an order set by its place in a bucket. A resumed run whose
+        first step ran on the initial buckets drifted in the last bits at 3 workers; after this step its
+        buckets are those of the uninterrupted run.
+        """
+        x, y = self.task.batch(
+            0, self.global_rows, self.replica * self.cfg.micro_batch, self.cfg.micro_batch, self.device
+        )
+        with self.strategy.micro_step(self.model, True), self.strategy.autocast(self.ctx):
+            loss = self.task.loss(self.model, x, y)
+        loss.backward()
+        self.model.zero_grad(set_to_none=True)
 
     def _resumed_record(self, saved: dict, step: int) -> None:
         failure = next((f for f in reversed(ckpt.faults(self.cfg)) if f["time"] < self.started), None)
