@@ -186,6 +186,10 @@ def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
     results = Path(args.results or f"results/runs/{args.name}-{preset}")
     _check_writable(results)
     on_slurm = args.launcher == "slurm"
+    from suite.slurm import given
+
+    if not on_slurm and given(args):
+        raise UsageError(f"{', '.join(given(args))}: options of --launcher slurm; add it, or drop them")
     for cfg in plan.runs:
         # a cluster's nodes have the GPUs this machine (a login node) may lack
         check_config(dataclasses.replace(cfg, device="cpu") if on_slurm else cfg)

@@ -64,6 +64,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def given(args: argparse.Namespace) -> list[str]:
+    """The --launcher slurm options given on the command line (with the local launcher they would do nothing)."""
+    defaults = {"dry_run": False, "nodes": None, "gpus_per_node": None, "partition": None, "slurm_time": None}
+    defaults |= {"account": None, "rdzv_port": SlurmOptions.port, "poll": SlurmOptions.poll_s, "wait_timeout": None}
+    flags = {"slurm_time": "time", "poll": "poll", "wait_timeout": "wait-timeout"}
+    return [f"--{flags.get(k, k).replace('_', '-')}" for k, v in defaults.items() if getattr(args, k) != v]
+
+
 def options_from_args(args: argparse.Namespace) -> SlurmOptions:
     opts = SlurmOptions(
         nodes=args.nodes,

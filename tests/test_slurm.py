@@ -172,3 +172,8 @@ def test_stand_in_sbatch_runs_the_script_and_the_record_lands(tiny, tmp_path):
 
     again = run_cli(args, env=env, timeout=300)
     assert again.returncode == 0 and "skip [1/2]" in again.stderr and "submitted" not in again.stderr
+
+
+def test_slurm_options_without_the_slurm_launcher_are_refused(tiny, tmp_path, capsys):
+    assert main(["reproduce", "test-plan", "--results", str(tmp_path), "--dry-run", "--nodes", "2"]) == 2
+    assert "--dry-run, --nodes: options of --launcher slurm" in capsys.readouterr().err
