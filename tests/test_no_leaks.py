@@ -81,7 +81,11 @@ class Watched:
                     left.append(f"process {p.info['pid']}: {' '.join(p.info['cmdline'] or [])}")
             except (psutil.NoSuchProcess, ProcessLookupError):
                 continue
-        listening = {c.laddr.port for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+        # a port another program took since (the kernel hands ephemeral ports out again) is not ours
+        ours = {self.proc.pid, *self.seen, None}
+        listening = {
+            c.laddr.port for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN and c.pid in ours
+        }
         return left + [f"port {port} still listened on" for port in sorted(self.ports & listening)]
 
 
