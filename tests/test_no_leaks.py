@@ -7,6 +7,7 @@ noted port may still be listened on."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -24,14 +25,15 @@ pytestmark = pytest.mark.slow
 
 
 class Watched:
-    """`python -m suite reproduce test-plan ...` in a session of its own, its descendants and ports noted."""
+    """`python -m suite reproduce test-plan ...` (or `argv`) in a session of its own, its descendants and ports
+    noted."""
 
-    def __init__(self, folder: Path, preset: str, env: dict | None = None) -> None:
+    def __init__(self, folder: Path, preset: str, env: dict | None = None, argv: list[str] | None = None) -> None:
         self.results, self.log = folder / "results", folder / f"{preset}-{time.monotonic_ns()}.log"
-        argv = ["reproduce", "test-plan", "--preset", preset, "--results", str(self.results)]
+        plan = ["reproduce", "test-plan", "--preset", preset, "--results", str(self.results)]
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "suite", *argv, "--report", str(folder / "report")],
+                argv or [sys.executable, "-m", "suite", *plan, "--report", str(folder / "report")],
                 cwd=ROOT,
                 env={**os.environ, "PYTHONPATH": str(ROOT), "SUITE_REPRODUCTIONS": "tests.tiny_plan", **(env or {})},
                 stdout=log,
@@ -121,3 +123,21 @@ def test_an_interrupted_plan_leaves_no_process_or_port_and_records_the_interrupt
     assert plan.leaks() == []
     (rec,) = load_records(plan.results)[0]
     assert rec["status"] == "incomplete" and "interrupted by SIGINT" in rec["error"], rec["error"]
+
+
+LEAKER = """
+import socket, subprocess, sys, time
+child = "import socket, time; s = socket.socket(); s.bind(('', 0)); s.listen(); time.sleep(60)"
+subprocess.Popen([sys.executable, "-c", child], start_new_session=True)
+time.sleep(3)
+"""
+
+
+def test_the_watch_finds_a_process_and_port_left_behind(tmp_path):
+    leaker = Watched(tmp_path, "leaker", argv=[sys.executable, "-c", LEAKER])
+    assert leaker.wait(timeout=60) == 0
+    leaks = leaker.leaks()
+    for pid in leaker.seen:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert len(leaks) == 2 and leaks[0].startswith("process ") and leaks[1].endswith("still listened on"), leaks
