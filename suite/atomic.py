@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import IO, Any
 
 TEMP_SUFFIX = ".tmp"
+# mkstemp and mkdtemp make private temporaries (0600, 0700); what they become gets the usual mode instead
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
 
 
 def is_temporary(path: str | Path) -> bool:
@@ -33,6 +36,7 @@ def atomic_write(path: str | Path, write: Callable[[IO], None], binary: bool = F
         with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
             write(f)
             f.flush()
+            os.fchmod(f.fileno(), 0o666 & ~_UMASK)
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
@@ -63,7 +67,9 @@ def temporary_folder(path: str | Path, token: str | None = None) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if token is None:
-        return Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent))
+        tmp.chmod(0o777 & ~_UMASK)
+        return tmp
     tmp = path.parent / f".{path.name}.{token}{TEMP_SUFFIX}"
     tmp.mkdir(exist_ok=True)
     return tmp
