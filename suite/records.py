@@ -39,11 +39,45 @@ def _validator() -> jsonschema.Draft202012Validator:
 def validate(record: dict) -> None:
     """Raise RecordError naming the first field that breaks the schema."""
     if record.get("schema") != SCHEMA_VERSION:
-        raise RecordError(f"unknown record schema {record.get('schema')!r}; this suite reads schema {SCHEMA_VERSION}")
-    err = jsonschema.exceptions.best_match(_validator().iter_errors(record))
+        raise RecordError(
+            f"unknown record schema {_short(record.get('schema'))}; this suite reads schema {SCHEMA_VERSION}"
+        )
+    try:
+        err = jsonschema.exceptions.best_match(_validator().iter_errors(record))
+    except RecursionError:
+        raise RecordError("a record nested too deeply to validate") from None
     if err is not None:
         where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
-        raise RecordError(f"record field {where}: {err.message}")
+        raise RecordError(_one_line(f"record field {where}: {err.message}"))
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    """A message quoting a record's own keys and values stays one readable line, however they are made."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"number {text[:20]} overflows a float")
+    return value
+
+
+def _int64(text: str) -> int:
+    # pandas and every JSON reader outside Python stop at 64 bits; the report sums and divides these
+    if len(text.lstrip("-")) > 19 or not -(2**63) <= (value := int(text)) < 2**63:
+        raise ValueError(f"integer {_short(text, 24)} is beyond 64 bits")
+    return value
+
+
+def _constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON (records are written without NaN or Infinity)")
 
 
 def write_record(record: dict, path: str | Path) -> Path:
@@ -53,14 +87,27 @@ def write_record(record: dict, path: str | Path) -> Path:
 
 
 def read_record(path: str | Path) -> dict:
-    """Read and validate one record; RecordError says what is wrong with it."""
+    """Read and validate one record; RecordError says what is wrong with it (OSError where it cannot be read)."""
     try:
-        record = json.loads(Path(path).read_text())
+        record = json.loads(
+            Path(path).read_text(encoding="utf-8"), parse_float=_finite, parse_int=_int64, parse_constant=_constant
+        )
+    except UnicodeDecodeError as err:
+        raise RecordError(
+            f"{path}: not a record (not UTF-8 text, byte {err.start}); rewrite it with the suite"
+        ) from None
     except json.JSONDecodeError as err:
         raise RecordError(f"{path}: not valid JSON (corrupt or truncated): {err.msg} at line {err.lineno}") from None
+    except ValueError as err:  # from the hooks, or Python's cap on the digits of an integer
+        raise RecordError(_one_line(f"{path}: not a record: {err}")) from None
+    except RecursionError:
+        raise RecordError(f"{path}: not a record: JSON nested too deeply") from None
     if not isinstance(record, dict):
         raise RecordError(f"{path}: a record is a JSON object, found {type(record).__name__}")
-    validate(record)
+    try:
+        validate(record)
+    except RecordError as err:
+        raise RecordError(f"{path}: {err}") from None
     return record
 
 
