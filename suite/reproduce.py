@@ -37,6 +37,7 @@ from pathlib import Path
 
 from torch.distributed.elastic.multiprocessing.api import SignalException
 
+from suite import config
 from suite.config import RunConfig, command_line
 from suite.launch import launch
 from suite.micro import Microbench, micro_record
@@ -47,8 +48,9 @@ from suite.records import RecordError, load_records, read_record, summary_row, w
 MB = 1e6
 # flags whose value is the folder a command wrote into
 _FOLDER_FLAGS = ("--results", "--write")
-# settings that name where or as what a record was written, not what ran
-_NOT_COMPARED = ("results", "variant", "command", "run_id")
+# what a plan's command does not carry as a setting is not compared: where the record went, its id, and how
+# the run was kept alive (checkpoints, restarts, resumption: suite.config.OPERATIONAL)
+_NOT_COMPARED = (*config._NOT_SETTINGS, *getattr(config, "OPERATIONAL", ()))
 
 
 class Interrupted(Exception):
@@ -86,7 +88,7 @@ def _plain(value: object) -> object:
 
 
 def same_settings(settings: dict) -> Callable[[dict], bool]:
-    """Whether a record's settings equal these, on the fields both know."""
+    """Whether a record's settings equal these, on the fields both know (but _NOT_COMPARED)."""
     planned = _plain({k: v for k, v in settings.items() if k not in _NOT_COMPARED})
 
     def check(rec: dict) -> bool:

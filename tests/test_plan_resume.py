@@ -125,6 +125,9 @@ def test_a_changed_default_or_item_is_not_done(launched, tmp_path):
     rec = read_record(first[0]["_path"])
     rec["settings"]["lr"] = 1.0  # made when the default learning rate was another: the same command, not the same run
     write_record(rec, first[0]["_path"])
+    resumed = read_record(first[1]["_path"])
+    resumed["settings"]["resume"] = True  # completed by `run --resume`: the same configuration
+    write_record(resumed, first[1]["_path"])
     reproduce.run_plan(_plan(shapes=({"n": 8}, {"n": 16})), tmp_path)
     assert launched.launched == ["ddp", "fsdp", "ddp"]
     by = _by_method(tmp_path)
