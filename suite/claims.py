@@ -164,13 +164,18 @@ def load_claims(path: str | Path) -> list[Claim]:
     """Read and validate a claims.yaml; ClaimsError names the file, the claim and the bad field."""
     path = Path(path)
     try:
-        doc = yaml.safe_load(path.read_text())
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))  # safe: a tag that names Python code is refused
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark else ""
-        raise ClaimsError(f"{path}: not valid YAML{line}: {getattr(err, 'problem', err)}") from None
+        problem = " ".join(str(getattr(err, "problem", None) or err).split())  # a reader error spans lines
+        raise ClaimsError(f"{path}: not valid YAML{line}: {problem}") from None
     except (OSError, UnicodeDecodeError) as err:
         raise ClaimsError(f"{path}: cannot be read ({err})") from None
+    except ValueError as err:  # a scalar YAML types but cannot build, e.g. the date 2001-13-14
+        raise ClaimsError(f"{path}: not valid YAML: {err}; quote the value to keep it text") from None
+    except RecursionError:
+        raise ClaimsError(f"{path}: not valid YAML: nested too deeply for a claims file") from None
     entries = doc.get("claims") if isinstance(doc, dict) else doc
     if not isinstance(entries, list):
         raise ClaimsError(f"{path}: expected a list of claims (or a mapping with a 'claims' list)")
@@ -206,13 +211,13 @@ class _Entry:
             return default
         if not isinstance(value, kind) or isinstance(value, bool):
             wanted = "a number" if isinstance(kind, tuple) else f"a {kind.__name__}"
-            raise self.error(name, f"expected {wanted}, found {value!r}")
+            raise self.error(name, f"expected {wanted}, found {_short(value)}")
         return value
 
     def choice(self, name: str, options: tuple[str, ...], default: Any = ...) -> Any:
         value = self.get(name, str, default)
         if value is not None and value not in options:
-            raise self.error(name, f"{value!r} is not one of {options}")
+            raise self.error(name, f"{_short(value)} is not one of {options}")
         return value
 
     def sourced(self, name: str, number: str) -> Sourced | None:
@@ -220,10 +225,10 @@ class _Entry:
         if spec is None:
             return None
         if set(spec) != {number, "source"}:
-            raise self.error(name, f"expected {{{number}: X, source: where X comes from}}, found {spec!r}")
+            raise self.error(name, f"expected {{{number}: X, source: where X comes from}}, found {_short(spec)}")
         value, source = spec[number], spec["source"]
-        if not _is_number(value) or not math.isfinite(value) or value < 0:
-            raise self.error(f"{name}.{number}", f"must be a finite number >= 0, found {value!r}")
+        if not _finite(value) or value < 0:
+            raise self.error(f"{name}.{number}", f"must be a finite number >= 0, found {_short(value)}")
         if not isinstance(source, str) or not source.strip():
             raise self.error(f"{name}.source", "say where the number comes from (rounding, seeds' spread, noise)")
         return Sourced(float(value), source)
@@ -233,12 +238,27 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _finite(value: Any) -> bool:
+    """A number a float can hold (YAML gives integers of any size, and .inf and .nan)."""
+    try:
+        return _is_number(value) and math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """A value from the file quoted in a message: one line (repr escapes newlines), and short."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
 def parse_claim(entry: Any, where: str) -> Claim:
     """One claim from its mapping; ClaimsError names the field that is wrong and how to fix it."""
     if not isinstance(entry, dict):
         raise ClaimsError(f"{where}: a claim is a mapping of fields, found {type(entry).__name__}")
-    e = _Entry(entry, f"{where} ({entry.get('id', '?')})")
-    if unknown := sorted(set(entry) - _FIELDS):
+    ident = entry.get("id", "?")
+    e = _Entry(entry, f"{where} ({ident if isinstance(ident, str) and ident.isprintable() else _short(ident)})")
+    if unknown := sorted(set(entry) - _FIELDS, key=str):
         raise e.error(unknown[0], f"unknown field; claims take {sorted(_FIELDS)}")
     kind = e.choice("kind", KINDS)
     paper_value = _paper_value(e, kind)
@@ -249,7 +269,7 @@ def parse_claim(entry: Any, where: str) -> Claim:
         raise e.error("baseline_protocol", "needs a protocol and a metric with a baseline")
     requires = tuple(e.get("requires", list, []))
     if bad := [r for r in requires if not isinstance(r, str) or not _REQUIREMENT.match(r)]:
-        raise e.error("requires", f"{bad[0]!r} is not cuda, network or world_size>=N")
+        raise e.error("requires", f"{_short(bad[0])} is not cuda, network or world_size>=N")
     what_would_test = e.get("what_would_test", str, "")
     if requires and not what_would_test.strip():
         raise e.error("what_would_test", "missing; a claim with requires must say what would test it")
@@ -286,14 +306,14 @@ def _paper_value(e: _Entry, kind: str) -> float | tuple[float, float] | str | No
     value = e.entry.get("paper_value")
     if value is None:
         return None
-    if _is_number(value) and math.isfinite(value):
+    if _finite(value):
         return float(value)
-    if isinstance(value, list) and len(value) == 2 and all(_is_number(v) for v in value) and value[0] <= value[1]:
+    if isinstance(value, list) and len(value) == 2 and all(_finite(v) for v in value) and value[0] <= value[1]:
         return (float(value[0]), float(value[1]))
     if isinstance(value, str) and value.strip() and kind == "quality":
         return value
     wanted = "a number, [low, high] or text" if kind == "quality" else "a number or [low, high]"
-    raise e.error("paper_value", f"a {kind} claim needs {wanted} (or no paper_value), found {value!r}")
+    raise e.error("paper_value", f"a {kind} claim needs {wanted} (or no paper_value), found {_short(value)}")
 
 
 def _judging(e: _Entry, kind: str, paper_value: Any) -> dict[str, Any]:
@@ -305,7 +325,7 @@ def _judging(e: _Entry, kind: str, paper_value: Any) -> dict[str, Any]:
         if margin is None:
             raise e.error("margin", "missing; give {value: X, source: ...} (0 for a strict test)")
         plateau = e.sourced("plateau", "change")
-        if plateau is None and "loss" in e.entry.get("metric", {}).get("field", ""):
+        if plateau is None and "loss" in e.entry["metric"].get("field", ""):  # _metric checked it is text
             raise e.error("plateau", "missing; a loss comparison needs {change: X, source: ...} (runs long enough)")
         test = e.choice("test", TESTS)
         if test == "equivalence" and margin.value == 0:
@@ -323,7 +343,7 @@ def _judging(e: _Entry, kind: str, paper_value: Any) -> dict[str, Any]:
 def _evidence(e: _Entry) -> tuple[str, ...]:
     evidence = e.get("evidence", list, ["measured"])
     if not evidence or any(k not in DECIDING for k in evidence) or "measured" not in evidence:
-        raise e.error("evidence", f"a list from {DECIDING} that includes measured, found {evidence!r}")
+        raise e.error("evidence", f"a list from {DECIDING} that includes measured, found {_short(evidence)}")
     return tuple(evidence)
 
 
@@ -343,10 +363,10 @@ def _calibration(e: _Entry) -> Calibration | None:
     if spec is None:
         return None
     if set(spec) != {"value", "within", "source"}:
-        raise e.error("calibrate", f"expected {{value, within, source}}, found {sorted(spec)}")
+        raise e.error("calibrate", f"expected {{value, within, source}}, found {_short(sorted(spec, key=str))}")
     value, within = spec["value"], spec["within"]
-    if not (_is_number(value) and value > 0 and _is_number(within) and 0 < within < 1):
-        raise e.error("calibrate", f"value > 0 and 0 < within < 1, found {value!r} and {within!r}")
+    if not (_finite(value) and value > 0 and _is_number(within) and 0 < within < 1):
+        raise e.error("calibrate", f"a finite value > 0 and 0 < within < 1, found {_short(value)} and {_short(within)}")
     if not e.entry.get("metric", {}).get("baseline"):
         raise e.error("calibrate", "needs a metric with a baseline (its absolute value is what is calibrated)")
     return Calibration(float(value), float(within), str(spec["source"]))
@@ -359,15 +379,16 @@ def _beside(e: _Entry) -> tuple[Beside, ...]:
         if not isinstance(spec, dict) or not isinstance(spec.get("label"), str):
             raise e.error(f"beside[{i}]", "a mapping with a label and the metric arguments it changes")
         overrides = {k: v for k, v in spec.items() if k != "label"}
-        if unknown := sorted(set(overrides) - allowed):
+        if unknown := sorted(set(overrides) - allowed, key=str):
             raise e.error(f"beside[{i}].{unknown[0]}", f"not one of {sorted(allowed)}")
+        _check_arguments(e, f"beside[{i}]", overrides)
         out.append(Beside(spec["label"], overrides))
     return tuple(out)
 
 
 def _source(e: _Entry) -> Source:
     source = e.get("source", dict)
-    if unknown := sorted(set(source) - {"paper", "table", "version"}):
+    if unknown := sorted(set(source) - {"paper", "table", "version"}, key=str):
         raise e.error(f"source.{unknown[0]}", "unknown field; a source has paper, table (or figure), version")
     if not isinstance(source.get("paper"), str) or not source["paper"].strip():
         raise e.error("source.paper", "missing")
@@ -383,20 +404,34 @@ def _metric(e: _Entry, kind: str) -> dict[str, Any]:
 
     spec = e.get("metric", dict)
     name = spec.get("name")
-    if name not in METRICS:
-        raise e.error("metric.name", f"{name!r} is not a registered metric; use one of {sorted(METRICS)}")
+    if not isinstance(name, str) or name not in METRICS:
+        raise e.error("metric.name", f"{_short(name)} is not a registered metric; use one of {sorted(METRICS)}")
     if (kind == "quality") != (name == "quality"):
         raise e.error("metric.name", f"a {kind} claim cannot use the {name!r} metric")
     args = {k: v for k, v in spec.items() if k != "name"}
     params = inspect.signature(METRICS[name]).parameters
-    if unknown := sorted((set(args) - set(params)) | ({"df"} & set(args))):
+    if unknown := sorted((set(args) - set(params)) | ({"df"} & set(args)), key=str):
         raise e.error(
             f"metric.{unknown[0]}", f"not an argument of metric {name!r}; it takes {sorted(set(params) - {'df'})}"
         )
     required = [p for p, v in params.items() if p != "df" and v.default is inspect.Parameter.empty]
     if missing := [p for p in required if p not in args]:
         raise e.error(f"metric.{missing[0]}", f"missing; metric {name!r} needs it")
-    for key in ("variant", "baseline_variant"):
-        if key in args and not isinstance(args[key], dict):
-            raise e.error(f"metric.{key}", f"expected a mapping of variant fields, found {args[key]!r}")
+    _check_arguments(e, "metric", args)
     return dict(spec)
+
+
+def _check_arguments(e: _Entry, where: str, args: dict[str, Any]) -> None:
+    """A metric's arguments have the types the metric reads (a number where a name belongs fails here, not in
+    pandas when the verdict is taken)."""
+    for key, value in args.items():
+        if key in ("variant", "baseline_variant") and not isinstance(value, dict):
+            raise e.error(f"{where}.{key}", f"expected a mapping of variant fields, found {_short(value)}")
+        if key in ("field", "method", "baseline") and not (isinstance(value, str) and value):
+            raise e.error(f"{where}.{key}", f"expected a name, found {_short(value)}")
+        if key == "model" and not (isinstance(value, str) or _names(value)):
+            raise e.error(f"{where}.model", f"expected a model name or a list of them, found {_short(value)}")
+
+
+def _names(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, str) for v in value)
