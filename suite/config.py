@@ -171,14 +171,20 @@ _FLAGS = {
     "meters": "--no-meters",
     "evals": "--evals",
     "checkpoint": "--checkpoint",
-    "checkpoint_every": "--checkpoint-every",
-    "max_restarts": "--max-restarts",
-    "collective_timeout_s": "--collective-timeout",
-    "kill_rank": "--kill-rank",
-    "hang_rank": "--hang-rank",
-    "fault_step": "--at-step",
 }
-_NOT_SETTINGS = ("method", "results", "variant", "run_id", "command", "resume")
+_NOT_SETTINGS = ("method", "results", "variant", "run_id", "command")
+# How a run is kept alive, not what it computes (a resumed run equals the uninterrupted one bit for bit):
+# left out of a plan's command, so that a plan run with checkpoints matches the records of one run without
+OPERATIONAL = (
+    "checkpoint_every",
+    "checkpoint_dir",
+    "max_restarts",
+    "collective_timeout_s",
+    "kill_rank",
+    "hang_rank",
+    "fault_step",
+    "resume",
+)
 # an estimate runs a fixed number of steps on fake tensors: no budget, device, meters switch or evaluation
 _NOT_ESTIMATE = (
     "device",
@@ -191,13 +197,6 @@ _NOT_ESTIMATE = (
     "evals",
     "checkpoint",
     "data_root",
-    "checkpoint_every",
-    "checkpoint_dir",
-    "max_restarts",
-    "collective_timeout_s",
-    "kill_rank",
-    "hang_rank",
-    "fault_step",
 )
 
 
@@ -218,7 +217,7 @@ def command_line(cfg: RunConfig, verb: str = "run") -> str:
     """
     if verb not in ("run", "estimate"):
         raise ValueError(f"verb must be run or estimate, got {verb!r}")
-    default, skip = RunConfig(), _NOT_SETTINGS + (_NOT_ESTIMATE if verb == "estimate" else ())
+    default, skip = RunConfig(), _NOT_SETTINGS + OPERATIONAL + (_NOT_ESTIMATE if verb == "estimate" else ())
     world_flag = "--world-size" if verb == "estimate" else "--nproc"
     parts = ["python", "-m", "suite", verb, cfg.method]
     for name in FIELDS:

@@ -103,6 +103,23 @@ def restart_count() -> int:
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
 
+def _attempt_store(timeout: dt.timedelta) -> dict:
+    """After a torchrun restart, a store of the attempt's own (`init_process_group` keyword arguments).
+
+    Restarted workers meet in the agent's store, where the dead attempt's gloo addresses still lie: at 4
+    workers the new attempt read some of them and failed to connect ("Connection refused"). A prefix per
+    attempt keeps each attempt's keys apart.
+    """
+    if restart_count() == 0 or "MASTER_ADDR" not in os.environ:
+        return {}
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout)
+    return {
+        "store": dist.PrefixStore(f"suite/attempt{restart_count()}", store),
+        "rank": int(os.environ["RANK"]),
+        "world_size": int(os.environ["WORLD_SIZE"]),
+    }
+
+
 class Worker:
     """One rank's run; holds the pieces so each phase of the loop is a short method."""
 
@@ -114,11 +131,9 @@ class Worker:
         backend = "nccl" if self.device.type == "cuda" else "gloo"
         _set_collective_timeout(cfg.collective_timeout_s)
         if not dist.is_initialized():
-            dist.init_process_group(
-                backend,
-                device_id=self.device if self.device.type == "cuda" else None,
-                timeout=dt.timedelta(seconds=cfg.collective_timeout_s),
-            )
+            timeout = dt.timedelta(seconds=cfg.collective_timeout_s)
+            device_id = self.device if self.device.type == "cuda" else None
+            dist.init_process_group(backend, device_id=device_id, timeout=timeout, **_attempt_store(timeout))
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         # a separate group for the loop's own control messages keeps them out of the ledger's groups
         self.control = dist.new_group(backend="gloo")
