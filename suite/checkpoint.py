@@ -39,6 +39,7 @@ from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
 from suite.atomic import atomic_write, publish_folder, temporary_folder
 from suite.config import RunConfig
+from suite.recorder import REPOSITORY
 from suite.strategy import local_tensor
 
 if TYPE_CHECKING:
@@ -71,6 +72,27 @@ def config_of(folder: Path) -> RunConfig:
         raise CheckpointError(f"no checkpoints at {str(folder)!r} (run.json missing)") from None
     except (ValueError, TypeError, KeyError) as err:
         raise CheckpointError(f"{folder / 'run.json'}: not a run config ({err})") from None
+
+
+def folder_of(record: dict) -> Path:
+    """Where a run record's checkpoints are (the record names the folder relative to the repository)."""
+    where = (record.get("faults") or {}).get("checkpoints")
+    if where is None:
+        return Path((record.get("settings") or {}).get("checkpoint_dir", "checkpoints")) / str(record["run_id"])
+    path = Path(where)
+    return path if path.is_absolute() or path.exists() else REPOSITORY / path
+
+
+def resumable_config(record: dict) -> RunConfig:
+    """The config that continues `record` (read from a file at `record["_path"]`) from its newest checkpoint."""
+    folder = folder_of(record)
+    cfg = config_of(folder)
+    if latest(folder) is None:
+        raise CheckpointError(f"it stopped before its first checkpoint ({folder})")
+    cfg.resume = True
+    if "_path" in record:
+        cfg.results = str(Path(record["_path"]).parent)
+    return cfg
 
 
 def write_config(cfg: RunConfig) -> None:

@@ -23,7 +23,7 @@ from suite.evals import add_evaluate_command
 
 def _run_parser(sub) -> None:
     p = sub.add_parser("run", help="one training run; prints the record's path last")
-    p.add_argument("method", help="a baseline (ddp, fsdp, hsdp) or a method")
+    p.add_argument("method", nargs="?", help="a baseline (ddp, fsdp, hsdp) or a method")
     p.add_argument("--model", default=RunConfig.model)
     p.add_argument("--nproc", type=int, default=RunConfig.nproc, help="workers on this machine")
     p.add_argument("--device", choices=("cpu", "cuda"), default=RunConfig.device)
@@ -51,6 +51,22 @@ def _run_parser(sub) -> None:
         metavar="KEY=VALUE",
         help="a config field (lr, micro_batch, seq_len, ...) or a method parameter",
     )
+    faults = p.add_argument_group("checkpoints and faults (README: Checkpoints, resuming, faults)")
+    faults.add_argument("--checkpoint-every", type=int, default=0, metavar="STEPS", help="DCP checkpoint cadence")
+    faults.add_argument("--resume", metavar="RECORD", help="continue an incomplete run from its newest checkpoint")
+    faults.add_argument(
+        "--max-restarts", type=int, default=0, help="torchrun restarts the workers from the last checkpoint"
+    )
+    faults.add_argument(
+        "--collective-timeout",
+        type=float,
+        default=RunConfig.collective_timeout_s,
+        metavar="SECONDS",
+        help="a collective waiting longer fails the run",
+    )
+    faults.add_argument("--kill-rank", type=int, metavar="R", help="fault injection: worker R dies at --at-step")
+    faults.add_argument("--hang-rank", type=int, metavar="R", help="fault injection: worker R stops answering")
+    faults.add_argument("--at-step", type=int, dest="fault_step", metavar="S", help="the step a fault happens at")
 
 
 def config_from_args(args: argparse.Namespace, argv: list[str]) -> RunConfig:
@@ -74,6 +90,12 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> RunConfig:
         meters=args.meters,
         evals=args.evals,
         checkpoint=args.checkpoint,
+        checkpoint_every=args.checkpoint_every,
+        max_restarts=args.max_restarts,
+        collective_timeout_s=args.collective_timeout,
+        kill_rank=args.kill_rank,
+        hang_rank=args.hang_rank,
+        fault_step=args.fault_step,
     )
     cfg.command = shlex.join(["python", "-m", "suite", *argv])
     try:
@@ -97,6 +119,7 @@ def check_config(cfg: RunConfig) -> None:
             raise ValueError(f"--nproc must be at least 1, got {cfg.nproc}")
         if cfg.micro_batch < 1 or cfg.grad_accum < 1 or cfg.seq_len < 2:
             raise ValueError("micro_batch and grad_accum must be >= 1 and seq_len >= 2 (--set KEY=VALUE)")
+        _check_faults(cfg)
         _check_data(cfg.data or data.default_data_for(kind), cfg.data_root)
         strategy.get_strategy(cfg, method_params).check(cfg.nproc)
         if cfg.evals:
@@ -113,6 +136,20 @@ def check_config(cfg: RunConfig) -> None:
         if cfg.nproc > torch.cuda.device_count():
             raise UsageError(f"--nproc {cfg.nproc} but only {torch.cuda.device_count()} GPUs; lower --nproc")
     _check_writable(Path(cfg.results))
+
+
+def _check_faults(cfg: RunConfig) -> None:
+    if cfg.checkpoint_every < 0 or cfg.max_restarts < 0:
+        raise ValueError("--checkpoint-every and --max-restarts must be 0 (off) or more")
+    if not cfg.collective_timeout_s > 0:
+        raise ValueError(f"--collective-timeout must be a positive number of seconds, got {cfg.collective_timeout_s}")
+    if cfg.kill_rank is not None and cfg.hang_rank is not None:
+        raise ValueError("inject one fault per run: --kill-rank or --hang-rank, not both")
+    rank = cfg.kill_rank if cfg.kill_rank is not None else cfg.hang_rank
+    if (rank is None) != (cfg.fault_step is None):
+        raise ValueError("fault injection takes both --kill-rank (or --hang-rank) R and --at-step S")
+    if rank is not None and not (0 <= rank < cfg.nproc and cfg.fault_step >= 0):
+        raise ValueError(f"--kill-rank/--hang-rank must name a worker in 0..{cfg.nproc - 1} and --at-step be >= 0")
 
 
 def _check_data(name: str, root: str | None) -> None:
@@ -138,10 +175,33 @@ def _check_writable(folder: Path) -> None:
         ) from None
 
 
+def resume_config(record_path: str) -> RunConfig:
+    """The config of the incomplete run `record_path`, set to continue from its newest checkpoint."""
+    from suite import checkpoint
+    from suite.records import RecordError, read_record
+
+    try:
+        rec = read_record(record_path)
+    except FileNotFoundError:
+        raise UsageError(f"no record at {record_path!r}; give the path `run` printed") from None
+    except RecordError as err:
+        raise UsageError(str(err)) from None
+    if rec["status"] == "complete":
+        raise UsageError(f"{record_path} is complete: nothing to resume")
+    try:
+        return checkpoint.resumable_config(rec | {"_path": record_path})
+    except checkpoint.CheckpointError as err:
+        raise UsageError(f"{record_path} cannot be resumed: {err}; run it again instead") from None
+
+
 def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     from suite.launch import launch, under_torchrun
 
-    cfg = config_from_args(args, argv)
+    if args.resume and args.method:
+        raise UsageError("--resume continues a run as it was configured: give the record alone, no method or flags")
+    if not args.resume and not args.method:
+        raise UsageError("name a method: python -m suite run METHOD (or --resume RECORD)")
+    cfg = resume_config(args.resume) if args.resume else config_from_args(args, argv)
     if under_torchrun():
         cfg.nproc = int(os.environ["WORLD_SIZE"])
     check_config(cfg)
@@ -190,6 +250,8 @@ def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
 
     if not on_slurm and given(args):
         raise UsageError(f"{', '.join(given(args))}: options of --launcher slurm; add it, or drop them")
+    for cfg in plan.runs:  # how the runs are kept alive; not part of what they are (config.OPERATIONAL)
+        cfg.checkpoint_every, cfg.max_restarts = args.checkpoint_every, args.max_restarts
     for cfg in plan.runs:
         # a cluster's nodes have the GPUs this machine (a login node) may lack
         check_config(dataclasses.replace(cfg, device="cpu") if on_slurm else cfg)
@@ -425,6 +487,14 @@ def parser() -> argparse.ArgumentParser:
         help="run every item, even those whose complete record is in --results (it is replaced once the new one "
         "is complete); without it the plan resumes: such items are skipped",
     )
+    rep.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="checkpoint every run; a plan run again resumes an interrupted run from its last checkpoint",
+    )
+    rep.add_argument("--max-restarts", type=int, default=0, help="torchrun restarts a failed run from its checkpoint")
     rep.add_argument(
         "--launcher",
         choices=("local", "slurm"),

@@ -38,6 +38,7 @@ from pathlib import Path
 from torch.distributed.elastic.multiprocessing.api import SignalException
 
 from suite import config
+from suite.checkpoint import CheckpointError, latest, resumable_config, run_folder
 from suite.config import RunConfig, command_line
 from suite.launch import launch
 from suite.micro import Microbench, micro_record
@@ -50,7 +51,7 @@ MB = 1e6
 _FOLDER_FLAGS = ("--results", "--write")
 # what a plan's command does not carry as a setting is not compared: where the record went, its id, and how
 # the run was kept alive (checkpoints, restarts, resumption: suite.config.OPERATIONAL)
-_NOT_COMPARED = (*config._NOT_SETTINGS, *getattr(config, "OPERATIONAL", ()))
+_NOT_COMPARED = (*config._NOT_SETTINGS, *config.OPERATIONAL)
 
 
 class Interrupted(Exception):
@@ -204,7 +205,7 @@ def run_item(cfg: RunConfig, folder: Folder, progress: str, fresh: bool) -> dict
     _say(f"[{progress}] {cfg.command}")
     cfg.run_id = cfg.run_id or new_run_id(cfg)
     try:
-        path = _run_one(cfg, folder.records_of(cfg.command))
+        path = _run_one(cfg, [] if fresh else folder.records_of(cfg.command))
     except (KeyboardInterrupt, SignalException) as err:
         _close_interrupted(cfg, err)
         _settle(folder, cfg.record_path())  # a run that completed as the signal came still replaces older ones
@@ -217,17 +218,29 @@ def run_item(cfg: RunConfig, folder: Folder, progress: str, fresh: bool) -> dict
 def _run_one(cfg: RunConfig, existing: list[dict]) -> Path:
     """Run one planned configuration; returns its record's path (written even when the run failed).
 
-    `existing`: the folder's earlier records of this configuration (failed or incomplete ones, and under
-    --fresh complete ones too). The seam for resuming an incomplete record from its checkpoint instead of
-    starting again.
+    `existing`: the folder's earlier records of this configuration (none under --fresh). An incomplete one
+    that a checkpoint can resume is resumed (`run --resume`) instead of started again.
     """
     try:
-        return launch(cfg)
+        resumed = _resumable(existing)
+        if resumed is not None:
+            _say(f"resume {resumed.record_path()} from {latest(run_folder(resumed))}")
+        return launch(resumed or cfg)
     except (KeyboardInterrupt, SignalException):
         raise
     except Exception as err:  # the launcher itself failed (no rendezvous, no fork): recorded, the plan goes on
         write_record(failed_record(cfg, cfg.nproc, f"the launcher failed: {err}"), cfg.record_path())
         return cfg.record_path()
+
+
+def _resumable(existing: list[dict]) -> RunConfig | None:
+    """The config that continues the newest incomplete record of the configuration from its checkpoint."""
+    for rec in sorted((r for r in existing if r["status"] == "incomplete"), key=lambda r: r["created"], reverse=True):
+        try:
+            return resumable_config(rec)
+        except CheckpointError:
+            continue
+    return None
 
 
 def _close_interrupted(cfg: RunConfig, err: BaseException) -> None:

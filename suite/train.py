@@ -393,7 +393,7 @@ class Worker:
         entry = {
             "from_step": step,
             "attempt": restart_count(),
-            "how": "torchrun restart" if restart_count() > 0 else "python -m suite run --resume",
+            "how": "torchrun restart" if restart_count() > 0 else "resumed from its record",
             "failure": failure,
             "restart_s": self.started - failure["time"] if failure else None,
             "ready_s": time.time() - self.started,

@@ -1,7 +1,8 @@
 """A test-only reproduction with a tiny plan, for the plan resume, leak and SLURM tests.
 
 Presets: `smoke` (a DDP run, a run of the flaky method, a microbenchmark item), `slurm` (one run and the
-item), `slow` (one run of the flaky method sleeping after each step, to be interrupted mid-run). The flaky
+item), `slow` (one run of the flaky method sleeping after each step, to be interrupted mid-run), `killed`
+(8 DDP steps whose worker 1 is killed at step 5, checkpoints under $TEST_CHECKPOINT_DIR). The flaky
 method is DDP that sleeps `sleep_s` after each step and dies after its second step while the environment
 variable FLAKY_FAIL is set, so one plan can have a run fail once and pass on the next attempt.
 """
@@ -47,14 +48,23 @@ def _run(method: str, steps: int, **variant) -> RunConfig:
     return RunConfig(method=method, tokens=128 * steps, log_every=1, reproduction="test-plan", variant=variant, **TINY)
 
 
+def _killed() -> RunConfig:
+    cfg = _run("ddp", 8)
+    cfg.kill_rank, cfg.fault_step = 1, 5
+    cfg.checkpoint_dir = os.environ.get("TEST_CHECKPOINT_DIR", "checkpoints")
+    return cfg
+
+
 def plan(preset: str) -> Plan:
     item = Microbench("matmul", "tests.tiny_plan:matmul", [{"n": 16}], repeat=2)
     runs = {
         "smoke": [_run("ddp", 5), _run("test-flaky", 5)],
         "slurm": [_run("ddp", 5)],
         "slow": [_run("test-flaky", 200, sleep_s=0.2)],
+        "killed": [_killed()],
     }[preset]
-    return Plan("test-plan", preset, runs, protocol="equal tokens", micro=[item] if preset != "slow" else [])
+    micro = [item] if preset in ("smoke", "slurm") else []
+    return Plan("test-plan", preset, runs, protocol="equal tokens", micro=micro)
 
 
 REPRODUCTION = Reproduction(
