@@ -36,7 +36,12 @@ def tiny(monkeypatch):
 
 
 def _reproduce(results: Path, *extra: str) -> list[str]:
-    return ["reproduce", "test-plan", "--preset", "slurm", "--launcher", "slurm", "--results", str(results), *extra]
+    """The plan's command; its report goes beside the results folder, never into the repository's reports/."""
+    report = ["--report", str(results.parent / f"{results.name}-report")] if "--report" not in extra else []
+    return ["reproduce", "test-plan", "--preset", "slurm", "--launcher", "slurm", "--results", str(results)] + [
+        *report,
+        *extra,
+    ]
 
 
 def test_dry_run_prints_the_scripts_and_submits_nothing(tiny, tmp_path, capsys):
