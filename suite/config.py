@@ -185,6 +185,15 @@ OPERATIONAL = (
     "fault_step",
     "resume",
 )
+# their flags on `python -m suite run`'s command line (each takes a value)
+OPERATIONAL_FLAGS = (
+    "--checkpoint-every",
+    "--max-restarts",
+    "--collective-timeout",
+    "--kill-rank",
+    "--hang-rank",
+    "--at-step",
+)
 # an estimate runs a fixed number of steps on fake tensors: no budget, device, meters switch or evaluation
 _NOT_ESTIMATE = (
     "device",

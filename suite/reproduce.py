@@ -47,7 +47,8 @@ from suite.recorder import failed_record, new_run_id, repository_path
 from suite.records import RecordError, load_records, read_record, summary_row, write_record
 
 MB = 1e6
-# flags whose value is the folder a command wrote into
+# flags whose value is the folder a command wrote into (left out of the key, as are how a run was kept
+# alive: config.OPERATIONAL_FLAGS and `--set` of an operational field)
 _FOLDER_FLAGS = ("--results", "--write")
 # what a plan's command does not carry as a setting is not compared: where the record went, its id, and how
 # the run was kept alive (checkpoints, restarts, resumption: suite.config.OPERATIONAL)
@@ -76,8 +77,10 @@ def config_key(command: str) -> tuple[str, ...]:
     for word in words:
         if folder_value:
             folder_value = False
-        elif word in _FOLDER_FLAGS:
+        elif word in _FOLDER_FLAGS or word in config.OPERATIONAL_FLAGS:
             folder_value = True
+        elif key and key[-1] == "--set" and word.partition("=")[0] in config.OPERATIONAL:
+            key.pop()
         else:
             key.append(Path(word).name if word.endswith(".json") else word)
     return tuple(key)

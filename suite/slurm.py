@@ -135,7 +135,9 @@ def batch_script(cfg, job_name: str, opts: SlurmOptions, log: Path, header: str)
     ]
     sbatch += [f"--chdir={REPOSITORY}", f"--output={log}"]
     exports = [f"export SUITE_REPRODUCTIONS={shlex.quote(v)}" for v in [_reproductions_env()] if v]
-    run = shlex.join([*args, "--results", where])
+    keep_alive = ["--checkpoint-every", str(cfg.checkpoint_every)] if cfg.checkpoint_every else []
+    run = shlex.join([*args, *keep_alive, "--results", where])
+    restarts = f" --max-restarts {cfg.max_restarts}" if cfg.max_restarts else ""
     return "\n".join(
         [
             "#!/bin/bash",
@@ -146,7 +148,7 @@ def batch_script(cfg, job_name: str, opts: SlurmOptions, log: Path, header: str)
             'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
             "# `--`: the run's own flags follow (torchrun's parser would read --nproc as its --nproc-per-node)",
             'srun --nodes="$SLURM_NNODES" --ntasks-per-node=1 \\',
-            f'  {shlex.quote(_torchrun())} --nnodes "$SLURM_NNODES" --nproc-per-node {per_node} \\',
+            f'  {shlex.quote(_torchrun())} --nnodes "$SLURM_NNODES" --nproc-per-node {per_node}{restarts} \\',
             f'  --rdzv-backend c10d --rdzv-endpoint "$head:{opts.port}" --rdzv-id "$SLURM_JOB_ID" \\',
             f"  -m -- suite {run}",
             "",

@@ -24,7 +24,7 @@ from suite.errors import UsageError
 from suite.plans import load_plan
 from suite.recorder import REPOSITORY, failed_record
 from suite.records import load_records, write_record
-from suite.reproduce import plan_run
+from suite.reproduce import config_key, plan_run
 from tests.conftest import run_cli
 
 STAND_IN = Path(__file__).with_name("stand_in")
@@ -94,6 +94,14 @@ def test_gpu_jobs_ask_for_their_gpus_and_nodes_fit_the_workers():
         slurm.layout(6, slurm.SlurmOptions(gpus_per_node=4))
     with pytest.raises(UsageError, match="does not fit --nodes 3"):
         slurm.layout(8, slurm.SlurmOptions(nodes=3))
+
+
+def test_jobs_checkpoint_and_restart_as_the_plan_asks_and_their_records_still_match_the_plan():
+    cfg = plan_run(RunConfig(method="ddp", nproc=4, tokens=1e6, checkpoint_every=50, max_restarts=2), Path("r"))
+    script = slurm.batch_script(cfg, "job", slurm.SlurmOptions(), Path("/log"), "header")
+    assert "--nproc-per-node 4 --max-restarts 2 \\" in script and "--checkpoint-every 50 --results r\n" in script
+    run_words = script.split("suite ", 2)[-1].strip()
+    assert config_key(f"python -m suite {run_words}") == config_key(cfg.command)
 
 
 class FakeQueue:
