@@ -7,6 +7,7 @@ token cap, in which case it is recorded as not reached.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 KINDS = ("tokens", "flops", "time", "target")
@@ -30,11 +31,13 @@ class Protocol:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"unknown protocol {self.kind!r}; use one of --tokens, --flops, --time, --target")
-        if not self.budget or self.budget <= 0:
+        if not (self.budget and 0 < self.budget < math.inf):  # nan and inf too: a run that never stops
             flag = "--max-tokens" if self.kind == "target" else f"--{self.kind}"
-            raise ValueError(f"the budget must be positive; give {flag} a value above 0")
+            raise ValueError(f"the budget must be positive and finite; give {flag} a value above 0")
         if self.kind == "target" and self.target is None:
             raise ValueError("a target run needs a loss: --target LOSS")
+        if self.kind == "target" and not math.isfinite(self.target):
+            raise ValueError(f"--target {self.target} is no loss a run can reach or pass; give a finite number")
 
     def done(self, p: Progress) -> bool:
         """Whether training stops after this step."""
