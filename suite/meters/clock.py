@@ -1,4 +1,9 @@
-"""Step clock: wall time of training steps after warm-up, evaluation and metering kept off the clock."""
+"""Step clock: wall time of training steps after warm-up, evaluation and metering kept off the clock.
+
+Beside the wall time it keeps each step's CPU time (user + system of this worker process, all its
+threads: time.process_time): on a shared machine, waiting for a busy core adds wall time but no CPU time,
+so the throughput gate (benchmarks/) can judge CPU time where wall time is too noisy.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
 # Dense bf16 peaks of devices we know, for MFU; any other device records mfu = null.
 PEAK_FLOPS = {
@@ -35,6 +41,7 @@ class _Step:
     seconds: float
     tokens: int
     phases: dict[str, float]
+    cpu_seconds: float
 
 
 class StepClock:
@@ -65,16 +72,17 @@ class StepClock:
         """Time step `index` of `tokens` tokens (all workers); `on_clock=False` for metered steps."""
         self._sync()
         self._phases, self._events = {}, []
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         yield
         self._sync()
         dt = time.perf_counter() - start
+        cpu = time.process_time() - cpu_start
         for name, begin, end in self._events:
             self._phases[name] = self._phases.get(name, 0.0) + begin.elapsed_time(end) / 1000
         self.elapsed += dt
         self._seen += 1
         if on_clock and self._seen > self.warmup:
-            self.timed.append(_Step(index, dt, tokens, self._phases))
+            self.timed.append(_Step(index, dt, tokens, self._phases, cpu))
 
     @contextmanager
     def phase(self, name: str):
@@ -124,4 +132,25 @@ class StepClock:
         return {
             name: statistics.median(s.phases.get(name, 0.0) for s in self.timed) if self.timed else None
             for name in PHASES
+        }
+
+    def median_cpu_step_s(self) -> float | None:
+        """This process's CPU seconds per step: the median over whole periods of their mean step."""
+        means = [sum(s.cpu_seconds for s in period) / len(period) for period in self._periods()]
+        return statistics.median(means) if means else None
+
+    def cpu_summary(self, group: dist.ProcessGroup | None = None) -> dict:
+        """Every rank's median CPU seconds per step (a collective over `group` when one is given: call it
+        on every rank), for the record's throughput section."""
+        mine = self.median_cpu_step_s()
+        per_rank = [mine]
+        if group is not None:
+            per_rank = [None] * dist.get_world_size(group)
+            dist.all_gather_object(per_rank, mine, group=group)
+        known = [s for s in per_rank if s is not None]
+        return {
+            "cpu_step_s_per_rank": per_rank,
+            "cpu_step_s_median": statistics.median(known) if known else None,
+            "cpu_method": "CPU seconds (user + system, all threads) of each worker process over its timed steps, "
+            "the median over whole periods of their mean step; cpu_step_s_median: the median over ranks",
         }
