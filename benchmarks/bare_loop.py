@@ -5,7 +5,8 @@
 Same model, micro-batch (8 x 128 tokens), optimizer (foreach AdamW, decay on matrices and the head only) and
 clipping (1.0) as `python -m suite run ddp --model llama-tiny --set micro_batch=8 --set seq_len=128`,
 and nothing else: random token ids, no meters, no records, no control messages. Prints one JSON line
-with the median step time after warm-up (rank 0's; the ranks wait for each other in DDP's all-reduce).
+with the median step time after warm-up (rank 0's; the ranks wait for each other in DDP's all-reduce) and each
+rank's median CPU seconds per step.
 
 Workers are spawned fresh, as the suite's launcher starts them, so they take OMP_NUM_THREADS
 (cores / nproc, as suite/launch.py sets it) and the allocator variables (MALLOC_*) of this process's
@@ -91,8 +92,9 @@ def train_step(model: nn.Module, opt: torch.optim.Optimizer, tokens: torch.Tenso
     opt.zero_grad(set_to_none=True)
 
 
-def step_times(args: argparse.Namespace) -> list[float]:
-    """Seconds of each step after warm-up on `args.clock`, drawing its batch included (the suite's step does)."""
+def step_times(args: argparse.Namespace) -> tuple[list[float], list[float]]:
+    """Seconds of each step after warm-up on `args.clock`, and CPU seconds of this process in each, drawing its
+    batch included (the suite's step does)."""
     torch.manual_seed(0)
     model = models.build_model(MODEL, max_seq_len=args.seq_len)
     vocab = models.model_config(MODEL)["vocab_size"]
@@ -100,27 +102,32 @@ def step_times(args: argparse.Namespace) -> list[float]:
         model = wrap_ddp(model)
     opt = adamw(model)
     gen = torch.Generator().manual_seed(dist.get_rank() if dist.is_initialized() else 0)
-    clock, times = CLOCKS[args.clock], []
+    clock, times, cpu_times = CLOCKS[args.clock], [], []
     for step in range(args.warmup + args.steps):
-        start = clock()
+        start, cpu_start = clock(), time.process_time()
         tokens = torch.randint(0, vocab, (args.micro_batch, args.seq_len + 1), generator=gen)
         train_step(model, opt, tokens, args.clip)
         if step >= args.warmup:
             times.append(clock() - start)
-    return times
+            cpu_times.append(time.process_time() - cpu_start)
+    return times, cpu_times
 
 
 def worker(rank: int, args: argparse.Namespace, port: int) -> None:
     if args.ddp:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.nproc)
-    times = step_times(args)
+    times, cpu_times = step_times(args)
+    cpu_per_rank = [statistics.median(cpu_times)]
+    if args.ddp:
+        cpu_per_rank = [None] * args.nproc
+        dist.all_gather_object(cpu_per_rank, statistics.median(cpu_times))
     if rank == 0:
-        print(json.dumps(summary(args, times)), flush=True)
+        print(json.dumps(summary(args, times, cpu_per_rank)), flush=True)
     if args.ddp:
         dist.destroy_process_group()
 
 
-def summary(args: argparse.Namespace, times: list[float]) -> dict:
+def summary(args: argparse.Namespace, times: list[float], cpu_per_rank: list[float]) -> dict:
     tokens = args.micro_batch * args.seq_len * args.nproc
     median = statistics.median(times)
     return {
@@ -137,6 +144,9 @@ def summary(args: argparse.Namespace, times: list[float]) -> dict:
         "step_s_min": min(times),
         "step_s_max": max(times),
         "tokens_per_s": tokens / median,
+        # each rank's median CPU seconds per step (user + system of its process), and their median
+        "cpu_step_s_per_rank": cpu_per_rank,
+        "cpu_step_s_median": statistics.median(cpu_per_rank),
         "threads": torch.get_num_threads(),
         "env": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_") or k == "OMP_NUM_THREADS"},
     }

@@ -6,25 +6,27 @@ import argparse
 
 import pytest
 
-from benchmarks.measure import PairMeter
+from benchmarks.measure import PairMeter, RoundPolicy
 from benchmarks.pairs import selected
 
 
-def positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
-    return int(text)
+def round_policy(text: str) -> RoundPolicy:
+    try:
+        return RoundPolicy.parse(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
-        "--short", action="store_true", help="only the pairs of CI's short gate (benchmarks/pairs.py, short=True)"
+        "--short", action="store_true", help="only the pairs marked short (benchmarks/pairs.py, short=True)"
     )
     parser.addoption(
         "--rounds",
-        type=positive_int,
-        default=1,
-        help="rounds per pair (n rounds: n + 1 alternating launches); the gate uses their median ratio",
+        type=round_policy,
+        default=RoundPolicy(fixed=1),
+        help="rounds per pair: N (n rounds: n + 1 alternating launches), or auto[:LEAST-MOST] to choose them "
+        "from the spread of the first rounds' ratios; the gate uses their median ratio",
     )
 
 
@@ -34,7 +36,7 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output
 
 
 @pytest.fixture(scope="session")
-def rounds(pytestconfig: pytest.Config) -> int:
+def rounds(pytestconfig: pytest.Config) -> RoundPolicy:
     return pytestconfig.getoption("rounds")
 
 

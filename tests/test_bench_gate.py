@@ -1,7 +1,7 @@
-"""The throughput gate (benchmarks/gate.py): its ratios and verdicts, its registry, and that it can fail.
+"""The throughput gate (benchmarks/gate.py): exact counters, time measures and their verdicts, the reference.
 
-The unit tests feed it hand-made pytest-benchmark JSON; the slow test slows a real method on purpose
-(tests/slow_method.py, a DDP that sleeps after each step) and checks that the gate reports it.
+The unit tests feed it hand-made benchmark JSON (as benchmarks/measure.py and benchmarks/conftest.py write it);
+the slow test slows a real method on purpose (benchmarks/slowdown.py) and checks that the gate reports it.
 """
 
 from __future__ import annotations
@@ -16,35 +16,60 @@ from hypothesis import strategies as st
 
 from benchmarks import gate
 from benchmarks.bare_loop import BARE_LOOP
-from benchmarks.measure import PairMeter, RecordClock
+from benchmarks.measure import PairMeter, RecordClock, RoundPolicy
 from benchmarks.pairs import PAIRS, Config, Pair, selected
 from suite.cli import check_config
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE, FAST, SLOW = Config("ddp"), Config("fsdp"), Config("ddp", ac=True)
 TOY = [Pair("fsdp/ddp", FAST, BASE), Pair("ac/ddp", SLOW, BASE, tolerance=0.2)]
+CPU = "AMD EPYC"
+SPEED = {BASE.key: 1000.0, FAST.key: 900.0, SLOW.key: 700.0}
 
 
-def bench_json(tokens_per_s: dict[str, float], pairs: list[Pair] = TOY) -> dict:
-    """The parts of a benchmark JSON the gate reads, as PairMeter.summary and benchmarks/conftest.py write them."""
+def launch(key: str, speed: float, counters: dict | None = None, units: float = 10.0) -> dict:
+    """One launch as benchmarks/measure.py records it (the fields the gate reads)."""
+    return {
+        "config": key,
+        "tokens_per_s": speed,
+        "cpu_tokens_per_s": speed,
+        "step_s": 1000 / speed,
+        "cpu_units": units * 1000 / speed,
+        "wall_units": 2 * units * 1000 / speed,
+        "counters": {"comm/all_reduce@replicate/bytes_per_step/rank0": 4096, "flops/model_per_step": 10**9}
+        if counters is None
+        else counters,
+    }
+
+
+def bench_json(speed: dict[str, float], pairs: list[Pair] = TOY, cpu: str = CPU, **launch_args) -> dict:
+    """A benchmark JSON with one round per pair; a pair whose two speeds are not given was not measured."""
     entries = []
     for p in pairs:
-        if p.method.key in tokens_per_s and p.baseline.key in tokens_per_s:
-            ratio = tokens_per_s[p.method.key] / tokens_per_s[p.baseline.key]
-            entries.append(
+        if p.method.key in speed and p.baseline.key in speed:
+            ratio = speed[p.method.key] / speed[p.baseline.key]
+            rounds = [
                 {
-                    "name": f"test_throughput[{p.name}]",
-                    "extra_info": {"pair": p.name, "ratio": ratio, "rounds": [{"ratio": ratio}]},
+                    "ratio": ratio,
+                    "cpu_ratio": ratio,
+                    "baseline": launch(p.baseline.key, speed[p.baseline.key], **launch_args),
+                    "method": launch(p.method.key, speed[p.method.key], **launch_args),
                 }
-            )
-    return {"bench_pairs": [p.name for p in pairs], "datetime": "2026-01-01T00:00:00", "benchmarks": entries}
+            ]
+            entries.append({"extra_info": {"pair": p.name, "ratio": ratio, "cpu_ratio": ratio, "rounds": rounds}})
+    return {
+        "bench_pairs": [p.name for p in pairs],
+        "datetime": "2026-01-01T00:00:00",
+        "machine_info": {"cpu": {"brand_raw": cpu, "count": 2}},
+        "benchmarks": entries,
+    }
 
 
-def verdicts(rows: list[gate.Row]) -> dict[str, str]:
-    return {r.pair: r.verdict for r in rows}
+REFERENCE = gate.reference_from(bench_json(SPEED), TOY, reason="the toy's first reference")
 
 
-REFERENCE = gate.reference_from(bench_json({BASE.key: 1000.0, FAST.key: 900.0, SLOW.key: 700.0}), TOY)
+def verdicts(checks: list[gate.Check], measure: str) -> dict[str, str]:
+    return {c.subject: c.verdict for c in checks if c.measure == measure}
 
 
 class FakeLaunches:
@@ -57,7 +82,11 @@ class FakeLaunches:
     def __call__(self, config: Config, results: Path) -> dict:
         factor = self.load[len(self.order)] if len(self.order) < len(self.load) else 1.0
         self.order.append(config.key)
-        return {"config": config.key, "tokens_per_s": self.tokens_per_s[config.key] * factor, "step_s": 0.5}
+        speed = self.tokens_per_s[config.key] * factor
+        return {"config": config.key, "tokens_per_s": speed, "cpu_tokens_per_s": speed, "step_s": 0.5}
+
+
+# ---- measuring: ABAB rounds, median of ratios, rounds from the spread ------------------------------------------
 
 
 def test_pair_meter_takes_ratios_from_adjacent_launches_and_reuses_the_last_one(tmp_path, monkeypatch):
@@ -82,64 +111,142 @@ def test_rounds_alternate_the_two_launches_and_the_pair_keeps_their_median(tmp_p
     launches = FakeLaunches({BASE.key: 1000.0, FAST.key: 900.0}, load=(1.0, 1.0, 1.25, 1.5))
     monkeypatch.setattr("benchmarks.measure.measure", launches)
     meter, pair = PairMeter(tmp_path, RecordClock()), Pair("fsdp/ddp", FAST, BASE)
-    for _ in range(3):
-        meter(pair)
-    assert launches.order == [BASE.key, FAST.key, BASE.key, FAST.key]
-    summary = meter.summary(pair)
+    summary = meter.measure_rounds(pair, RoundPolicy(fixed=3))
+    assert launches.order == [BASE.key, FAST.key, BASE.key, FAST.key]  # ABAB: 3 rounds from 4 launches
     assert [r["ratio"] for r in summary["rounds"]] == pytest.approx([0.9, 900 / 1250, 1350 / 1250])
-    assert summary["ratio"] == pytest.approx(0.9)
+    assert summary["ratio"] == pytest.approx(0.9) and summary["cpu_ratio"] == pytest.approx(0.9)
 
 
-def test_short_gate_needs_seven_launches(tmp_path, monkeypatch):
-    launches = FakeLaunches(dict.fromkeys({c.key for p in PAIRS for c in (p.method, p.baseline)}, 1000.0))
-    monkeypatch.setattr("benchmarks.measure.measure", launches)
-    meter = PairMeter(tmp_path, RecordClock())
-    for pair in selected(short=True):
-        meter(pair)
-    assert len(launches.order) == 7  # 4 pairs; fsdp/ddp reuses the DDP launch of meters/no-meters
+def test_steady_pairs_stop_at_the_least_rounds_and_noisy_ones_get_more(tmp_path, monkeypatch):
+    policy = RoundPolicy(fixed=None, least=3, most=6, margin=0.05)
+    steady = FakeLaunches({BASE.key: 1000.0, FAST.key: 900.0})
+    monkeypatch.setattr("benchmarks.measure.measure", steady)
+    assert len(PairMeter(tmp_path, RecordClock()).measure_rounds(Pair("p", FAST, BASE), policy)["rounds"]) == 3
+    noisy = FakeLaunches({BASE.key: 1000.0, FAST.key: 900.0}, load=(1.0, 1.3, 0.8, 1.2, 0.9, 1.4, 1.0, 0.7, 1.1))
+    monkeypatch.setattr("benchmarks.measure.measure", noisy)
+    assert len(PairMeter(tmp_path, RecordClock()).measure_rounds(Pair("p", FAST, BASE), policy)["rounds"]) == 6
+
+
+@given(ratios=st.lists(st.floats(0.2, 5), min_size=3, max_size=9), scale=st.floats(0.5, 2))
+def test_rounds_needed_stay_in_bounds_and_ignore_the_ratios_scale(ratios, scale):
+    policy = RoundPolicy(fixed=None, least=3, most=7)
+    n = policy.needed(ratios)
+    assert 3 <= n <= 7
+    assert policy.needed([r * scale for r in ratios]) == n or abs(policy.needed([r * scale for r in ratios]) - n) <= 1
+
+
+@given(spread=st.floats(0.0, 0.2))
+def test_more_spread_never_asks_for_fewer_rounds(spread):
+    policy = RoundPolicy(fixed=None, least=3, most=20, margin=0.05)
+    narrow = [1 - spread / 2, 1, 1 + spread / 2]
+    wide = [1 - spread, 1, 1 + spread]
+    assert policy.needed(wide) >= policy.needed(narrow)
+
+
+@pytest.mark.parametrize("text, policy", [("4", RoundPolicy(fixed=4)), ("auto", RoundPolicy(fixed=None))])
+def test_rounds_option_reads_a_number_or_auto(text, policy):
+    assert RoundPolicy.parse(text) == policy
+    assert RoundPolicy.parse("auto:2-5") == RoundPolicy(fixed=None, least=2, most=5)
+    with pytest.raises(ValueError, match="auto:LEAST-MOST"):
+        RoundPolicy.parse("auto:5-2")
+
+
+# ---- the gate: counters exact, times within tolerance, reference --------------------------------------------
 
 
 def test_a_run_against_its_own_reference_passes():
-    bench = bench_json({BASE.key: 1000.0, FAST.key: 900.0, SLOW.key: 700.0})
-    rows = gate.compare(bench, gate.reference_from(bench, TOY), TOY)
-    assert verdicts(rows) == {"fsdp/ddp": gate.OK, "ac/ddp": gate.OK}
-    assert all(r.change == 0 for r in rows) and not gate.failed(rows)
+    checks = gate.compare(bench_json(SPEED), REFERENCE, TOY)
+    assert {c.verdict for c in checks} == {gate.OK} and not gate.failed(checks)
+    assert {c.measure for c in checks if c.kind != "counter"} == {"wall_ratio", "cpu_ratio", "cpu_units", "wall_units"}
 
 
-def test_only_ratios_matter_not_machine_speed():
-    # a machine twice as slow, every configuration alike: no regression
-    rows = gate.compare(bench_json({BASE.key: 500.0, FAST.key: 450.0, SLOW.key: 350.0}), REFERENCE, TOY)
-    assert not gate.failed(rows)
-
-
-@given(base=st.floats(100, 1e5), ratio=st.floats(0.05, 3), ref=st.floats(0.05, 3), tol=st.floats(0.01, 0.5))
-def test_verdict_follows_the_change_against_the_tolerance(base, ratio, ref, tol):
-    pair = Pair("m/b", FAST, BASE, tolerance=tol)
-    rows = gate.compare(
-        bench_json({BASE.key: base, FAST.key: base * ratio}, [pair]),
-        {"pairs": {"m/b": {"ratio": ref, "method": FAST.key, "baseline": BASE.key}}},
-        [pair],
+def test_a_changed_counter_fails_naming_counter_arm_values_and_the_refresh(capsys):
+    more = {"comm/all_reduce@replicate/bytes_per_step/rank0": 8192, "flops/model_per_step": 10**9}
+    checks = gate.compare(bench_json(SPEED, counters=more), REFERENCE, TOY)
+    changed = [c for c in checks if c.verdict == gate.CHANGED]
+    assert {c.subject for c in changed} == {BASE.key, FAST.key, SLOW.key} and gate.failed(checks)
+    text = gate.format_table(checks)
+    assert (
+        f"counter comm/all_reduce@replicate/bytes_per_step/rank0 of arm {FAST.key} changed from 4,096 to 8,192" in text
     )
-    change = (base * ratio / base) / ref - 1
-    expected = gate.REGRESSED if change < -tol else gate.FASTER if change > tol else gate.OK
-    assert rows[0].verdict == expected
-    assert gate.failed(rows) == (expected == gate.REGRESSED)
+    assert "--only counters --reason" in text
+
+
+def test_a_counter_that_appears_or_disappears_is_a_change():
+    checks = gate.compare(bench_json(SPEED, counters={"flops/model_per_step": 10**9}), REFERENCE, TOY)
+    gone = [c for c in checks if c.verdict == gate.CHANGED]
+    assert gone and all(c.measured is None and c.reference == 4096 for c in gone)
+
+
+def test_counters_scheduling_moves_are_printed_not_gated(monkeypatch):
+    monkeypatch.setattr("benchmarks.counters.SCHEDULED", (r"fsdp-n2 comm/.*",))
+    more = {"comm/all_reduce@replicate/bytes_per_step/rank0": 8192, "flops/model_per_step": 10**9}
+    checks = [c for c in gate.compare(bench_json(SPEED, counters=more), REFERENCE, TOY) if c.subject == FAST.key]
+    assert {c.verdict for c in checks if c.kind == "counter"} == {gate.OK, gate.MOVES}
+    assert not gate.failed(checks)
+
+
+def test_only_blocking_measures_fail_on_a_slowdown(monkeypatch):
+    slower = {**SPEED, FAST.key: 900.0 / 1.3}  # fsdp 30% slower: its ratio and its units move
+    checks = gate.compare(bench_json(slower), REFERENCE, TOY)
+    assert verdicts(checks, "cpu_ratio")["fsdp/ddp"] == gate.SLOWER
+    assert verdicts(checks, "cpu_units")[FAST.key] == gate.SLOWER
+    monkeypatch.setattr(gate, "BLOCKING", frozenset({"counter"}))
+    assert not gate.failed(checks)
+    monkeypatch.setattr(gate, "BLOCKING", frozenset({"counter", "cpu_units"}))
+    assert gate.failed(checks)
+    assert "(printed, not blocking)" in gate.format_table(checks)
+
+
+def test_units_catch_a_slower_shared_loop_that_ratios_cannot_see():
+    # every suite arm 20% slower in machine units, ratios unchanged
+    checks = gate.compare(bench_json(SPEED, units=12.0), REFERENCE, TOY)
+    assert set(verdicts(checks, "cpu_units").values()) == {gate.SLOWER}
+    assert set(verdicts(checks, "cpu_ratio").values()) == {gate.OK}
+
+
+def test_units_are_compared_on_the_references_processor_only():
+    checks = gate.compare(bench_json(SPEED, cpu="Other CPU", units=20.0), REFERENCE, TOY)
+    assert set(verdicts(checks, "cpu_units").values()) == {gate.OTHER_MACHINE} and not gate.failed(checks)
+
+
+@given(ratio=st.floats(0.05, 3), ref=st.floats(0.05, 3), tol=st.floats(0.01, 0.5))
+def test_ratio_verdict_follows_the_change_against_the_tolerance(ratio, ref, tol):
+    pair = Pair("m/b", FAST, BASE, tolerance=tol)
+    reference = {"pairs": {"m/b": {"ratio": ref, "method": FAST.key, "baseline": BASE.key}}}
+    checks = gate.compare(bench_json({BASE.key: 1000.0, FAST.key: 1000.0 * ratio}, [pair]), reference, [pair])
+    change = ratio / ref - 1
+    expected = gate.SLOWER if change < -tol else gate.FASTER if change > tol else gate.OK
+    assert verdicts(checks, "wall_ratio")["m/b"] == expected
 
 
 def test_missing_measurement_missing_reference_and_stale_reference_fail():
     partial = bench_json({BASE.key: 1000.0, FAST.key: 900.0})
-    assert verdicts(gate.compare(partial, REFERENCE, TOY))["ac/ddp"] == gate.NOT_MEASURED
+    assert verdicts(gate.compare(partial, REFERENCE, TOY), "wall_ratio")["ac/ddp"] == gate.NOT_MEASURED
     grown = [*TOY, Pair("bf16/ddp", Config("ddp", precision="bf16"), BASE)]
-    bench = bench_json({BASE.key: 1000.0, FAST.key: 900.0, SLOW.key: 700.0, "ddp-n2-bf16": 1500.0}, grown)
-    assert verdicts(gate.compare(bench, REFERENCE, grown))["bf16/ddp"] == gate.NO_REFERENCE
+    checks = gate.compare(bench_json({**SPEED, "ddp-n2-bf16": 1500.0}, grown), REFERENCE, grown)
+    assert verdicts(checks, "wall_ratio")["bf16/ddp"] == gate.NO_REFERENCE
+    assert verdicts(checks, "counter/*")["ddp-n2-bf16"] == gate.NO_REFERENCE and gate.failed(checks)
     changed = [Pair("fsdp/ddp", Config("fsdp", nproc=4), BASE)]
-    rows = gate.compare(bench_json({BASE.key: 1000.0, "fsdp-n4": 900.0}, changed), REFERENCE, changed)
-    assert verdicts(rows) == {"fsdp/ddp": gate.STALE} and gate.failed(rows)
+    checks = gate.compare(bench_json({BASE.key: 1000.0, "fsdp-n4": 900.0}, changed), REFERENCE, changed)
+    assert verdicts(checks, "wall_ratio") == {"fsdp/ddp": gate.STALE} and gate.failed(checks)
 
 
-def test_reference_needs_a_full_run():
+def test_reference_needs_a_full_run_and_a_reason():
     with pytest.raises(ValueError, match="full run"):
-        gate.reference_from(bench_json({BASE.key: 1000.0, FAST.key: 900.0}), TOY)
+        gate.reference_from(bench_json({BASE.key: 1000.0, FAST.key: 900.0}), TOY, reason="x")
+    with pytest.raises(ValueError, match="reason"):
+        gate.reference_from(bench_json(SPEED), TOY, reason=" ")
+
+
+def test_refreshing_only_counters_keeps_the_times_and_records_the_reason():
+    more = {"comm/all_reduce@replicate/bytes_per_step/rank0": 8192, "flops/model_per_step": 10**9}
+    new = gate.reference_from(bench_json(SPEED, counters=more, units=50.0), TOY, reason="bigger buckets", old=REFERENCE)
+    assert new["arms"][FAST.key]["counters"] == more
+    assert new["arms"][FAST.key]["cpu_units"] == REFERENCE["arms"][FAST.key]["cpu_units"]
+    assert new["pairs"] == REFERENCE["pairs"]
+    assert [h["reason"] for h in new["history"]] == ["the toy's first reference", "bigger buckets"]
+    assert not gate.failed(gate.compare(bench_json(SPEED, counters=more), new, TOY))
 
 
 def write(path: Path, obj: dict) -> str:
@@ -147,28 +254,34 @@ def write(path: Path, obj: dict) -> str:
     return str(path)
 
 
-def test_command_line_prints_the_table_and_exits_1_on_a_regression(tmp_path, capsys):
+def test_command_line_prints_the_table_and_exits_1_on_a_changed_counter(tmp_path, capsys):
     ref = write(tmp_path / "ref.json", REFERENCE)
-    ok = write(tmp_path / "ok.json", bench_json({BASE.key: 1000.0, FAST.key: 880.0, SLOW.key: 700.0}))
-    assert gate.main([ok, "--reference", ref], TOY) == 0
-    bad = write(tmp_path / "bad.json", bench_json({BASE.key: 1000.0, FAST.key: 700.0, SLOW.key: 700.0}))
+    assert gate.main([write(tmp_path / "ok.json", bench_json(SPEED)), "--reference", ref], TOY) == 0
+    bad = write(tmp_path / "bad.json", bench_json(SPEED, counters={"flops/model_per_step": 2 * 10**9}))
     assert gate.main([bad, "--reference", ref], TOY) == 1
-    table = capsys.readouterr().out.splitlines()
-    assert table[0].split() == ["pair", "reference", "measured", "change", "tolerance", "verdict"]
-    assert next(line for line in table[::-1] if line.startswith("fsdp/ddp")).split()[1:] == [
-        "0.900",
-        "0.700",
-        "-22.2%",
-        "10%",
-        "REGRESSED",
+    lines = capsys.readouterr().out.splitlines()
+    row = next(line for line in lines if line.startswith(FAST.key) and "flops/model_per_step" in line)
+    assert row.split()[1:] == [
+        "counter/flops/model_per_step",
+        "1,000,000,000",
+        "2,000,000,000",
+        "+100.0%",
+        "0%",
+        "CHANGED",
     ]
 
 
-def test_command_line_writes_a_reference_the_gate_then_passes(tmp_path):
-    run = write(tmp_path / "run.json", bench_json({BASE.key: 1000.0, FAST.key: 900.0, SLOW.key: 700.0}))
+def test_command_line_writes_a_reference_with_its_reason_then_passes(tmp_path, capsys):
+    run = write(tmp_path / "run.json", bench_json(SPEED))
     ref = tmp_path / "ref.json"
-    assert gate.main([run, "--write-reference", str(ref), "--command", "measured by hand"], TOY) == 0
-    assert json.loads(ref.read_text())["command"] == "measured by hand"
+    assert gate.main([run, "--write-reference", str(ref)], TOY) == 2
+    assert "--reason" in capsys.readouterr().err
+    assert gate.main([run, "--write-reference", str(ref), "--command", "by hand", "--reason", "first"], TOY) == 0
+    assert json.loads(ref.read_text())["history"][0] == {
+        "written": json.loads(ref.read_text())["written"],
+        "reason": "first",
+        "command": "by hand",
+    }
     assert gate.main([run, "--reference", str(ref)], TOY) == 0
 
 
@@ -189,6 +302,9 @@ def test_bad_input_is_one_line_naming_the_fix(tmp_path, capsys, content, message
     assert message in err and len(err.splitlines()) == 1
 
 
+# ---- the registry and the committed reference -------------------------------------------------------------
+
+
 def test_registry_pairs_are_distinct_valid_and_budgeted_in_steps(tmp_path):
     assert len({p.name for p in PAIRS}) == len(PAIRS)
     assert all(p.method.key != p.baseline.key for p in PAIRS)
@@ -199,33 +315,39 @@ def test_registry_pairs_are_distinct_valid_and_budgeted_in_steps(tmp_path):
         assert cfg.tokens == config.steps * config.nproc * cfg.micro_batch * cfg.seq_len
 
 
-def test_committed_reference_covers_every_pair_with_its_settings():
+def test_committed_reference_covers_every_pair_and_arm_with_a_reason():
     reference = json.loads((ROOT / "results" / "bench" / "reference.json").read_text())
     assert {name: (e["method"], e["baseline"]) for name, e in reference["pairs"].items()} == {
         p.name: (p.method.key, p.baseline.key) for p in PAIRS
     }
+    assert set(reference["arms"]) == set(gate.arms_of(PAIRS))
+    assert all(h["reason"].strip() and h["command"].strip() for h in reference["history"])
+    suite_arms = [a for a in reference["arms"] if not a.startswith(BARE_LOOP)]
+    assert all(reference["arms"][a]["counters"] for a in suite_arms if "nometers" not in a)
 
 
 @pytest.mark.slow
 def test_gate_reports_a_method_slowed_on_purpose(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("SUITE_REPRODUCTIONS", "tests.slow_method")
+    monkeypatch.setenv("BENCH_SLOWDOWN", "fsdp:1.0")  # fsdp's steps burn twice their CPU time
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    monkeypatch.delenv("SUITE_REPRODUCTIONS", raising=False)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # the launcher sets it; restore it afterwards
-    sleep_s = 1.0  # per step: the ratio falls below 0.75 unless a step takes over 3 s
     tiny = (("micro_batch", 2), ("eval_batches", 1))
-    pair = Pair(
-        "ddp-slow/ddp",
-        Config("ddp-slow", meters=False, sets=(*tiny, ("sleep_s", sleep_s)), steps=4),
-        Config("ddp", meters=False, sets=tiny, steps=4),
-    )
+    pair = Pair("fsdp/ddp", Config("fsdp", sets=tiny, steps=5), Config("ddp", sets=tiny, steps=5))
     meter = PairMeter(tmp_path, RecordClock())
-    assert meter(pair)["method"]["step_s"] >= sleep_s
-    # ddp-slow without its sleep is ddp itself, so the ratio it must keep is 1
-    reference = {"pairs": {pair.name: {"ratio": 1.0, "method": pair.method.key, "baseline": pair.baseline.key}}}
-    run = {"bench_pairs": [pair.name], "benchmarks": [{"extra_info": meter.summary(pair)}]}
-    code = gate.main(
-        [write(tmp_path / "run.json", run), "--reference", write(tmp_path / "ref.json", reference)], [pair]
+    result = meter(pair)
+    assert result["method"]["slowdown"] == "fsdp:1.0"
+    # the reference: the pair's own launches with the slowdown taken out (fsdp's CPU time halved)
+    unslowed = {**result, "cpu_ratio": 2 * result["cpu_ratio"], "ratio": 2 * result["ratio"]}
+    reference = gate.reference_from(
+        {
+            "bench_pairs": [pair.name],
+            "benchmarks": [{"extra_info": {**meter.summary(pair), **unslowed, "rounds": [unslowed]}}],
+        },
+        [pair],
+        reason="test",
     )
-    out = capsys.readouterr().out
-    assert code == 1, out
-    assert next(line for line in out.splitlines() if line.startswith(pair.name)).endswith(gate.REGRESSED)
+    run = {"bench_pairs": [pair.name], "benchmarks": [{"extra_info": meter.summary(pair)}]}
+    checks = gate.compare(run, reference, [pair])
+    assert verdicts(checks, "cpu_ratio") == {pair.name: gate.SLOWER}
+    assert {c.verdict for c in checks if c.kind == "counter"} == {gate.OK}  # a slowdown changes no counter
