@@ -10,13 +10,10 @@ ledger sees training steps only, never the loop's control messages or evaluation
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import math
 import os
-import signal
 import sys
 import time
-import traceback
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
@@ -27,7 +24,7 @@ from torch import nn
 
 from suite import checkpoint as ckpt
 from suite import data as data_lib
-from suite import models
+from suite import faults, models
 from suite.config import RunConfig
 from suite.evals import run_evals
 from suite.evals.checkpoint import full_state, plain_model, save_checkpoint
@@ -39,8 +36,8 @@ from suite.meters.comm import CommLedger
 from suite.meters.memory import allocator_settings
 from suite.optim import describe_groups, get_spec, lr_schedule, param_groups, split_variant
 from suite.protocols import Progress, from_args
-from suite.recorder import new_record, new_run_id, repository_path
-from suite.records import read_record, write_record
+from suite.recorder import new_record, new_run_id
+from suite.records import RecordError, read_record, write_record
 from suite.strategy import Context, get_strategy
 
 
@@ -90,36 +87,6 @@ class Position:
     flops_per_step: float = 0.0
 
 
-def _set_collective_timeout(seconds: float) -> None:
-    """Every process group of the run, the ones methods and DeviceMesh create too, waits at most `seconds`
-    for a collective: torch gives a new group its module's default timeout, not the world group's."""
-    timeout = dt.timedelta(seconds=seconds)
-    dist.distributed_c10d.default_pg_timeout = timeout
-    dist.distributed_c10d.default_pg_nccl_timeout = timeout
-
-
-def restart_count() -> int:
-    """How many times torchrun has restarted this run's workers (0 in the first attempt)."""
-    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-
-
-def _attempt_store(timeout: dt.timedelta) -> dict:
-    """After a torchrun restart, a store of the attempt's own (`init_process_group` keyword arguments).
-
-    Restarted workers meet in the agent's store, where the dead attempt's gloo addresses still lie: at 4
-    workers the new attempt read some of them and failed to connect ("Connection refused"). A prefix per
-    attempt keeps each attempt's keys apart.
-    """
-    if restart_count() == 0 or "MASTER_ADDR" not in os.environ:
-        return {}
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout)
-    return {
-        "store": dist.PrefixStore(f"suite/attempt{restart_count()}", store),
-        "rank": int(os.environ["RANK"]),
-        "world_size": int(os.environ["WORLD_SIZE"]),
-    }
-
-
 class Worker:
     """One rank's run; holds the pieces so each phase of the loop is a short method."""
 
@@ -129,11 +96,10 @@ class Worker:
         self.resumed_from: int | None = None
         self.device = self._device()
         backend = "nccl" if self.device.type == "cuda" else "gloo"
-        _set_collective_timeout(cfg.collective_timeout_s)
+        timeout = faults.set_collective_timeout(cfg.collective_timeout_s)
         if not dist.is_initialized():
-            timeout = dt.timedelta(seconds=cfg.collective_timeout_s)
             device_id = self.device if self.device.type == "cuda" else None
-            dist.init_process_group(backend, device_id=device_id, timeout=timeout, **_attempt_store(timeout))
+            dist.init_process_group(backend, device_id=device_id, timeout=timeout, **faults.attempt_store(timeout))
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         # a separate group for the loop's own control messages keeps them out of the ledger's groups
         self.control = dist.new_group(backend="gloo")
@@ -227,7 +193,7 @@ class Worker:
         }
         rec["protocol"] = self.protocol.describe(Progress(0, 0, 0.0, 0.0, None))
         rec["totals"]["hardware_flops"] = 0
-        rec["faults"] = self._faults_section()
+        rec["faults"] = faults.section(cfg)
         if self.rank == 0 and (cfg.checkpoint_every or cfg.max_restarts):
             ckpt.write_config(cfg)
 
@@ -297,14 +263,15 @@ class Worker:
         self._write()
         next_checkpoint = at.step + cfg.checkpoint_every
         while True:
-            self._inject_fault(at.step)
+            if self.resumed_from is None and faults.restart_count() == 0:
+                faults.inject(cfg, self.rank, at.step)
             with clock.step(at.step, self.step_tokens, on_clock=not self.metering.active(at.step)):
                 loss = self.metered_step(at.step, clock)
             if (flops := self.metering.meter("flops")) and at.step in flops.steps():
                 at.flops_per_step = self._sum_flops(flops.local())
             at.step += 1
             at.tokens += self.step_tokens
-            self._note_recovery(at.step)
+            faults.note_progress(self.record["faults"], at.step)
             evaluate = at.step % cfg.eval_every == 0
             val_loss = self.evaluate() if evaluate else None
             progress = Progress(at.step, at.tokens, at.step * at.flops_per_step, clock.elapsed, val_loss)
@@ -325,22 +292,8 @@ class Worker:
         self._close(progress, clock, at.flops_per_step)
 
     # ---- checkpoints and faults (suite/checkpoint.py) ----------------------------------------------------
-    def _faults_section(self) -> dict:
-        cfg = self.cfg
-        injected = {"kill_rank": cfg.kill_rank, "hang_rank": cfg.hang_rank, "at_step": cfg.fault_step}
-        return {
-            "checkpoint_every": cfg.checkpoint_every,
-            "checkpoints": repository_path(ckpt.run_folder(cfg)),
-            "max_restarts": cfg.max_restarts,
-            "collective_timeout_s": cfg.collective_timeout_s,
-            "injected": injected if cfg.fault_step is not None else None,
-            "checkpoints_written": 0,
-            "checkpoint_s": 0.0,
-            "resumes": [],
-        }
-
     def _resuming(self) -> bool:
-        return (self.cfg.resume or restart_count() > 0) and ckpt.latest(ckpt.run_folder(self.cfg)) is not None
+        return (self.cfg.resume or faults.restart_count() > 0) and ckpt.latest(ckpt.run_folder(self.cfg)) is not None
 
     def _checkpoint(self, at: Position, clock: StepClock) -> None:
         """Save every rank's state after `at.step` steps, then the record (which names the checkpoint)."""
@@ -351,10 +304,10 @@ class Worker:
             "clock": {"elapsed": clock.elapsed, "timed": [dataclasses.asdict(s) for s in clock.timed]},
             "record": self.record if self.rank == 0 else None,
         }
-        faults = self.record["faults"]
-        faults["checkpoints_written"] += 1  # before saving: the record kept in the checkpoint counts it
+        section = self.record["faults"]
+        section["checkpoints_written"] += 1  # before saving: the record kept in the checkpoint counts it
         ckpt.save(self, at.step, loop)
-        faults["checkpoint_s"] += time.perf_counter() - start
+        section["checkpoint_s"] += time.perf_counter() - start
         self._write()
 
     def _resume(self, clock: StepClock) -> Position:
@@ -369,7 +322,8 @@ class Worker:
         self.metering.restore(loop["meters"], at.step)
         self.resumed_from = at.step
         if self.rank == 0:
-            self._resumed_record(loop["record"], at.step)
+            self.record = {**loop["record"], "error": None}
+            faults.note_resume(self.cfg, self.record["faults"], at.step, self.started)
         return at
 
     def _settle_wrappers(self) -> None:
@@ -387,45 +341,6 @@ class Worker:
             loss = self.task.loss(self.model, x, y)
         loss.backward()
         self.model.zero_grad(set_to_none=True)
-
-    def _resumed_record(self, saved: dict, step: int) -> None:
-        failure = next((f for f in reversed(ckpt.faults(self.cfg)) if f["time"] < self.started), None)
-        entry = {
-            "from_step": step,
-            "attempt": restart_count(),
-            "how": "torchrun restart" if restart_count() > 0 else "resumed from its record",
-            "failure": failure,
-            "restart_s": self.started - failure["time"] if failure else None,
-            "ready_s": time.time() - self.started,
-            "lost_steps": failure["step"] - step if failure else None,
-            "recovery_s": None,
-        }
-        saved["faults"]["resumes"].append(entry)
-        saved["error"] = None
-        self.record = saved
-
-    def _note_recovery(self, step: int) -> None:
-        """Recovery time of an injected fault: from the fault until the resumed run is past the step it died at."""
-        resumes = self.record["faults"]["resumes"]
-        last = resumes[-1] if resumes else None
-        if not (last and last["failure"]) or last["recovery_s"] is not None:
-            return
-        if step > last["failure"]["step"]:
-            last["recovery_s"] = time.time() - last["failure"]["time"]
-
-    def _inject_fault(self, step: int) -> None:
-        cfg = self.cfg
-        if step != cfg.fault_step or self.resumed_from is not None or restart_count() > 0:
-            return
-        kind = "killed" if cfg.kill_rank == self.rank else "hung" if cfg.hang_rank == self.rank else None
-        if kind is None:
-            return
-        ckpt.note_fault(cfg, {"event": kind, "rank": self.rank, "step": step, "time": time.time()})
-        print(f"fault injection: worker {self.rank} {kind} at step {step}", file=sys.stderr, flush=True)
-        if kind == "killed":
-            os.kill(os.getpid(), signal.SIGKILL)
-        while True:  # stops answering: the other workers' next collective times out
-            time.sleep(3600)
 
     def _final_evals(self) -> None:
         """Checkpoint and downstream scores of the evaluation model, off the clock and off the ledger."""
@@ -526,30 +441,24 @@ class Worker:
         if self.rank == 0:
             write_record(self.record, self.cfg.record_path())
 
+    def _keep_written_record(self) -> None:
+        """A resume that failed before it restored the record keeps the record it was resuming."""
+        try:
+            self.record = read_record(self.cfg.record_path())
+        except (RecordError, OSError):
+            pass
+
     def fail(self, err: BaseException) -> None:
         """Rank 0 records how the run ended; other ranks leave that to it (or to the launcher)."""
         resumable = ckpt.latest(ckpt.run_folder(self.cfg)) is not None
-        if self._resuming() and self.resumed_from is None and self.cfg.record_path().is_file():
-            self.record = read_record(self.cfg.record_path())  # a failed resume keeps what the record held
+        if self._resuming() and self.resumed_from is None:
+            self._keep_written_record()
         self.record["status"] = "incomplete" if resumable or isinstance(err, KeyboardInterrupt) else "failed"
-        self.record["error"] = failure_text(err, self.cfg)
+        self.record["error"] = faults.failure_text(err, self.cfg)
         try:
             self._write()
         except Exception as write_err:  # the original error matters more than this one
             print(f"could not write the record: {write_err}", file=sys.stderr)
-
-
-def failure_text(err: BaseException, cfg: RunConfig) -> str:
-    """The error as one line of the record, with what to do about it."""
-    text = "".join(traceback.format_exception_only(type(err), err)).strip()
-    if "timed out" in text.lower() or "timeout" in text.lower():
-        text = (
-            f"a collective waited longer than collective_timeout_s={cfg.collective_timeout_s:g} s: a worker stopped "
-            f"answering (or raise --collective-timeout); {text}"
-        )
-    if ckpt.latest(ckpt.run_folder(cfg)) is not None:
-        text += f"; resume it with python -m suite run --resume {cfg.record_path()}"
-    return text
 
 
 def train(cfg: RunConfig) -> Path:
