@@ -31,7 +31,7 @@ from suite.evals.checkpoint import full_state, plain_model, save_checkpoint
 from suite.evals.vision import image_accuracy
 from suite.meters.base import MeterContext, Metering, write_sections
 from suite.meters.builtin import meters_for
-from suite.meters.clock import StepClock, _Step, peak_flops
+from suite.meters.clock import StepClock, peak_flops
 from suite.meters.comm import CommLedger
 from suite.meters.memory import allocator_settings
 from suite.optim import describe_groups, get_spec, lr_schedule, param_groups, split_variant
@@ -301,7 +301,7 @@ class Worker:
         loop = {
             **dataclasses.asdict(at),
             "spent": self.spent,
-            "clock": {"elapsed": clock.elapsed, "timed": [dataclasses.asdict(s) for s in clock.timed]},
+            "clock": clock.state(),
             "record": self.record if self.rank == 0 else None,
         }
         section = self.record["faults"]
@@ -317,8 +317,7 @@ class Worker:
         loop = ckpt.load(self, path)
         at = Position(loop["step"], loop["tokens"], loop["flops_per_step"])
         self.spent = loop["spent"]
-        clock.elapsed = loop["clock"]["elapsed"]
-        clock.timed = [_Step(**s) for s in loop["clock"]["timed"]]  # the first steps after it warm up again
+        clock.restore(loop["clock"])
         self.metering.restore(loop["meters"], at.step)
         self.resumed_from = at.step
         if self.rank == 0:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.distributed as dist
@@ -83,6 +83,15 @@ class StepClock:
         self._seen += 1
         if on_clock and self._seen > self.warmup:
             self.timed.append(_Step(index, dt, tokens, self._phases, cpu))
+
+    def state(self) -> dict:
+        """What a checkpoint keeps (plain data): the seconds so far and the timed steps."""
+        return {"elapsed": self.elapsed, "timed": [asdict(s) for s in self.timed]}
+
+    def restore(self, state: dict) -> None:
+        """Continue from a checkpoint's `state`; the first steps after it warm up again (a new process is cold)."""
+        self.elapsed = state["elapsed"]
+        self.timed = [_Step(**s) for s in state["timed"]]
 
     @contextmanager
     def phase(self, name: str):
