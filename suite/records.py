@@ -92,6 +92,8 @@ def read_record(path: str | Path) -> dict:
         record = json.loads(
             Path(path).read_text(encoding="utf-8"), parse_float=_finite, parse_int=_int64, parse_constant=_constant
         )
+    except IsADirectoryError:
+        raise RecordError(f"{str(path)!r} is a folder; give the path of a record file (.json)") from None
     except UnicodeDecodeError as err:
         raise RecordError(
             f"{path}: not a record (not UTF-8 text, byte {err.start}); rewrite it with the suite"

@@ -18,6 +18,7 @@ from markupsafe import Markup
 
 from suite.atomic import write_text
 from suite.claims import Claim, ClaimsError, claims_for
+from suite.errors import UsageError
 from suite.records import load_records
 from suite.report.pages import Reproduction, css_token, index_context, reproduction_context, run_context
 from suite.verdicts import judge_all
@@ -79,7 +80,10 @@ def build_report_for(
     reproduction that has runs; passing `claims_by_reproduction` uses those instead (and lists
     reproductions that have claims but no runs yet)."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise _unwritable(out, err) from None
     groups: dict[str, list[dict]] = {}
     for record in records:
         groups.setdefault(record["reproduction"] or UNASSIGNED, []).append(record)
@@ -92,7 +96,10 @@ def build_report_for(
 
     def write(relative: str, template: str, context: dict) -> None:
         path = out / relative
-        write_text(path, templates.get_template(template).render(**context))
+        try:
+            write_text(path, templates.get_template(template).render(**context))
+        except OSError as err:
+            raise _unwritable(out, err) from None
         written.append(path)
 
     write("index.html", "index.html.j2", index_context(repros, skipped, len(records)))
@@ -103,6 +110,13 @@ def build_report_for(
             write(run_files[id(record)], "run.html.j2", run_context(record, f"../{repro.href}"))
     _remove_stale(out, written)
     return out / "index.html"
+
+
+def _unwritable(out: Path, err: OSError) -> UsageError:
+    return UsageError(
+        f"cannot write the report to {str(out)!r} ({err.strerror or err}); choose a writable folder "
+        f"(report -o DIR, reproduce --report DIR)"
+    )
 
 
 def _evaluated(name: str, records: list[dict], claims_by_reproduction: dict[str, list[Claim]] | None) -> Reproduction:

@@ -62,7 +62,8 @@ def comm_times(record: dict, topology: Topology, algorithm: str) -> list[OpTime]
     steps = record["comm"].get("steps") or 0
     if steps <= 0:
         raise ValueError(f"record {record['run_id']} has no communication ledger (run with meters on)")
-    ranks_of = {g["name"]: g["ranks"] for g in record["parallel"].get("groups", [])}
+    # the schema leaves groups free-form: one without its ranks falls back to packed ranks below
+    ranks_of = {g.get("name"): g.get("ranks") for g in record["parallel"].get("groups", []) if isinstance(g, dict)}
     out = []
     for entry in record["comm"]["per_rank"]:
         for op in entry["ops"]:
