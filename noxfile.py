@@ -1,4 +1,4 @@
-"""Sessions: tests, lint, report, bench, and one reproduce-<name> per reproduction found in reproductions/.
+"""Sessions: tests, lint, report, bench, gpu-check, and one reproduce-<name> per reproduction found in reproductions/.
 
 On a GPU node whose torch is already installed, run with `--no-venv` (nox then installs nothing and
 uses that torch); elsewhere each session gets a fresh venv with the pinned CPU-machine torch.
@@ -80,10 +80,10 @@ def reproduce_all(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Throughput of each method beside its baseline (benchmarks/pairs.py) into results/bench/latest.json.
+    """Counters and throughput of each method beside its baseline (benchmarks/pairs.py) into results/bench/latest.json.
 
-    `-- --short` measures only CI's pairs; `-- --compare` then gates the ratios against
-    results/bench/reference.json (README, Throughput gate); other arguments go to pytest.
+    `-- --compare` then gates them against results/bench/reference.json (README, Throughput gate); `--short`
+    measures only the pairs marked short, `--rounds N|auto` more rounds per pair; other arguments go to pytest.
     """
     install(session)
     latest = "results/bench/latest.json"
@@ -100,3 +100,14 @@ def bench(session: nox.Session) -> None:
     )
     if "--compare" in session.posargs:
         session.run("python", "-m", "benchmarks.gate", latest, "--reference", "results/bench/reference.json")
+
+
+@nox.session(name="gpu-check", venv_params=["--system-site-packages"])
+def gpu_check(session: nox.Session) -> None:
+    """One prepared check for a GPU node, about 10 minutes (benchmarks/gpu_check.py; README, GPU check).
+
+    The venv sees the node's own torch (system site packages; or run nox with --no-venv); the script installs
+    the project with torch held at that version, then runs each step under its time limit into results/gpu/.
+    `-- --dry-run --gpus 1` prints the commands instead.
+    """
+    session.run("python", "-m", "benchmarks.gpu_check", *session.posargs)

@@ -121,8 +121,9 @@ def merged(runs: list[dict]) -> dict:
         info = {"pair": name, "ratio": ratio, "cpu_ratio": statistics.median(cpu) if cpu else None, "rounds": rounds}
         benchmarks.append({"extra_info": info})
     first = runs[0]
+    covered = {name for run in runs for name in run["bench_pairs"]}
     return {
-        "bench_pairs": first["bench_pairs"],
+        "bench_pairs": [p.name for p in PAIRS if p.name in covered],
         "machine_info": first["machine_info"],
         "datetime": first.get("datetime"),
         "benchmarks": benchmarks,
@@ -200,16 +201,18 @@ def analyze(args: argparse.Namespace) -> int:
     if len(unchanged) < 2:
         print("error: analyze needs at least 2 unchanged runs (`run --label unchanged`)", file=sys.stderr)
         return 2
-    full = gate.reference_from(merged([b for _, b in unchanged]), PAIRS, reason="all unchanged runs")
+    covered = set(unchanged[0][1]["bench_pairs"])
+    pairs = [p for p in PAIRS if p.name in covered]
+    full = gate.reference_from(merged([b for _, b in unchanged]), pairs, reason="all unchanged runs")
     result: dict[str, dict] = {}
     for i, (r, bench) in enumerate(runs):
         if r["slowdown"]:
             reference, subjects = full, slowed_subjects(r["slowdown"])
         else:
             others = [b for j, (_, b) in enumerate(unchanged) if unchanged[j][0] is not r]
-            reference = gate.reference_from(merged(others), PAIRS, reason="leave one out")
+            reference = gate.reference_from(merged(others), pairs, reason="leave one out")
             subjects = None
-        checks = gate.compare(bench, reference, PAIRS)
+        checks = gate.compare(bench, reference, pairs)
         group = result.setdefault(r["label"], {"slowdown": r["slowdown"], "runs": 0, "failed": dict.fromkeys(KINDS, 0)})
         group["runs"] += 1
         for kind in KINDS:
@@ -232,7 +235,10 @@ def analyze(args: argparse.Namespace) -> int:
     data["analysis"] = {"command": "python -m benchmarks.false_alarms analyze", "groups": result}
     args.out.write_text(json.dumps(data, indent=None, separators=(",", ":")) + "\n")
     if args.write_reference:
-        ref = gate.reference_from(merged([b for _, b in unchanged]), PAIRS, command=args.command, reason=args.reason)
+        full = [json.loads(Path(path).read_text()) for path in args.full]
+        ref = gate.reference_from(
+            merged([*(b for _, b in unchanged), *full]), PAIRS, command=args.command, reason=args.reason
+        )
         Path(args.write_reference).write_text(json.dumps(ref, indent=1) + "\n")
         print(f"wrote {args.write_reference}")
     return 0
@@ -250,6 +256,14 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("pytest_args", nargs="*", help="after --: more pytest arguments (-k, --rounds, ...)")
     a = sub.add_parser("analyze", help="judge every run with the gate; false-alarm and detection rates")
     a.add_argument("--write-reference", metavar="PATH", help="also write the reference made from all unchanged runs")
+    a.add_argument(
+        "--full",
+        nargs="*",
+        default=[],
+        metavar="BENCH_JSON",
+        help="with --write-reference: full bench runs (every pair) of the same code, merged in for the pairs the "
+        "false-alarm runs did not cover",
+    )
     a.add_argument("--reason", default="the median of the unchanged runs of results/bench/false_alarms.json")
     a.add_argument("--command", default="python -m benchmarks.false_alarms run --label unchanged --runs 10")
     a.add_argument("-v", "--verbose", action="store_true", help="print each failing check")

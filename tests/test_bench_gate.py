@@ -198,6 +198,15 @@ def test_only_blocking_measures_fail_on_a_slowdown(monkeypatch):
     assert "(printed, not blocking)" in gate.format_table(checks)
 
 
+def test_time_measures_block_only_on_the_pairs_the_false_alarm_test_ran(monkeypatch):
+    monkeypatch.setattr(gate, "BLOCKING", frozenset({"counter", "cpu_units"}))
+    monkeypatch.setattr(gate, "TESTED", frozenset({FAST.key}))
+    checks = gate.compare(bench_json({**SPEED, SLOW.key: 700.0 / 1.3}), REFERENCE, TOY)
+    assert verdicts(checks, "cpu_units")[SLOW.key] == gate.SLOWER and not gate.failed(checks)
+    checks = gate.compare(bench_json({**SPEED, FAST.key: 900.0 / 1.3}), REFERENCE, TOY)
+    assert gate.failed(checks)
+
+
 def test_units_catch_a_slower_shared_loop_that_ratios_cannot_see():
     # every suite arm 20% slower in machine units, ratios unchanged
     checks = gate.compare(bench_json(SPEED, units=12.0), REFERENCE, TOY)
