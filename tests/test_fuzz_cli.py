@@ -201,7 +201,7 @@ ERROR = re.compile(r"^error: \S")
 ARGPARSE_ERROR = re.compile(r"^python -m suite( [\w-]+)?: error: \S")
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(argvs())
 def test_any_command_line_ends_in_a_status_or_one_line_error(guarded, argv):
     outcome, _, err = _run(argv)
