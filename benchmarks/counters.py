@@ -32,10 +32,13 @@ MEMORY_FIELDS = (
     "state_optimizer",
 )
 
-# Counters found to move between identical launches (results/bench/repeatability.json): where tensors land
-# at the memory tracker's peak depends on which rank's thread ran first when ranks outnumber cores or
-# share them. Each pattern matches counter names; matching ones are printed, not gated.
-SCHEDULED: tuple[str, ...] = ()
+# Counters that scheduling may move between identical launches, printed and never gated; each pattern matches
+# "<arm> <counter>". Under FSDP2 with more ranks than cores, which transient buffer (a reduce-scatter output, a
+# gathered block) is alive at a rank's peak depends on which thread ran first, so the peak's split between
+# grads and activations moved in 2 of 3 measured runs (tests/test_estimate.py); the peak, the state, bytes,
+# calls and FLOPs stayed exact. In this gate's own repeats (README, Throughput gate) every counter of every arm
+# held, these included, but too few times to gate a split known to move.
+SCHEDULED: tuple[str, ...] = (r"(fsdp|hsdp|fl-fsdp|fl-hsdp)-n4\S* memory/(grads|activations)/rank\d+",)
 
 
 def _number(x: float) -> int | float:

@@ -8,6 +8,9 @@ pytest arguments say otherwise), each run under `flock FILE` when given, with BE
 injected slowdowns (benchmarks/slowdown.py), and appends each run, compacted, to results/bench/false_alarms.json
 with the load average around it and the command that made it.
 
+`add` records a bench JSON made elsewhere, such as a full run of every pair (label `full`: not judged, merged
+into the reference with the unchanged runs for the pairs they do not cover).
+
 `analyze` judges every run with the gate (benchmarks/gate.py). An unchanged run is judged against a reference
 made from the other unchanged runs (leave one out: the median of their rounds), so no run is judged against
 itself; a slowed run against the reference made from all unchanged runs. Per measure (counter, wall_ratio,
@@ -37,7 +40,8 @@ from benchmarks.slowdown import parse
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "results" / "bench" / "false_alarms.json"
-KINDS = ("counter", "wall_ratio", "cpu_ratio", "cpu_units", "wall_units")
+KINDS = ("counter", "wall_ratio", "cpu_ratio", "cpu_units", "wall_units", "loop_units")
+UNCHANGED, FULL = "unchanged", "full"  # labels: false-alarm runs of the short pairs; full runs for the reference
 LAUNCH_FIELDS = (
     "config",
     "reused",
@@ -178,6 +182,47 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def add(args: argparse.Namespace) -> int:
+    data = load(args.out)
+    bench = json.loads(args.bench_json.read_text())
+    entry = {"label": args.label, "slowdown": None, "started": bench.get("datetime"), "command": args.command}
+    data["runs"].append({**entry, "background": args.background, **compact(bench, data["counters"])})
+    args.out.write_text(json.dumps(data, indent=None, separators=(",", ":")) + "\n")
+    print(f"recorded {args.bench_json} as a {args.label} run")
+    return 0
+
+
+def repeatability(runs: list[dict]) -> dict[str, dict]:
+    """Per arm, over every launch of every run (slowed ones too: a slowdown changes no counter): how many
+    launches, how many distinct sets of counters, and the counters that differed between them."""
+    out: dict[str, dict] = {}
+    for bench in runs:
+        for arm, launches in gate.launches(
+            {b["extra_info"]["pair"]: b["extra_info"] for b in bench["benchmarks"]}
+        ).items():
+            entry = out.setdefault(arm, {"launches": 0, "sets": []})
+            for launch in launches:
+                entry["launches"] += 1
+                if launch["counters"] not in entry["sets"]:
+                    entry["sets"].append(launch["counters"])
+    result = {}
+    for arm, entry in out.items():
+        names = set().union(*entry["sets"]) if entry["sets"] else set()
+        moved = sorted(n for n in names if len({json.dumps(c.get(n)) for c in entry["sets"]}) > 1)
+        result[arm] = {"launches": entry["launches"], "distinct": len(entry["sets"]), "moved": moved}
+    return result
+
+
+SWEEP = (0.06, 0.08, 0.10, 0.12)
+
+
+def slowed_by(check: gate.Check) -> float | None:
+    """How much slower the check's measure says the subject got (negative: faster)."""
+    if check.change is None or check.kind == "counter":
+        return None
+    return -check.change if check.kind.endswith("ratio") else check.change
+
+
 def failing(check: gate.Check) -> bool:
     """Whether the check would fail the gate if its measure were blocking."""
     return check.verdict in (gate.SLOWER, gate.CHANGED) or check.verdict in gate.MISSING
@@ -191,23 +236,27 @@ def slowed_subjects(spec: str) -> set[str]:
         return config.method != "bare-loop" and (method is None or config.method == method)
 
     arms = {c.key for p in PAIRS for c in (p.method, p.baseline) if hit(c)}
-    return arms | {p.name for p in PAIRS if hit(p.method) and not hit(p.baseline)}
+    loop = {gate.LOOP} if method is None else set()
+    return arms | loop | {p.name for p in PAIRS if hit(p.method) and not hit(p.baseline)}
 
 
 def analyze(args: argparse.Namespace) -> int:
     data = load(args.out)
     runs = [(r, expand(r, data["counters"])) for r in data["runs"]]
-    unchanged = [(r, b) for r, b in runs if not r["slowdown"]]
+    unchanged = [(r, b) for r, b in runs if r["label"] == UNCHANGED]
+    full = [b for r, b in runs if r["label"] == FULL]
     if len(unchanged) < 2:
         print("error: analyze needs at least 2 unchanged runs (`run --label unchanged`)", file=sys.stderr)
         return 2
     covered = set(unchanged[0][1]["bench_pairs"])
     pairs = [p for p in PAIRS if p.name in covered]
-    full = gate.reference_from(merged([b for _, b in unchanged]), pairs, reason="all unchanged runs")
+    all_unchanged = gate.reference_from(merged([b for _, b in unchanged]), pairs, reason="all unchanged runs")
     result: dict[str, dict] = {}
     for i, (r, bench) in enumerate(runs):
+        if r["label"] != UNCHANGED and not r["slowdown"]:
+            continue  # full runs and other repeats: for the reference and the counters' repeatability only
         if r["slowdown"]:
-            reference, subjects = full, slowed_subjects(r["slowdown"])
+            reference, subjects = all_unchanged, slowed_subjects(r["slowdown"])
         else:
             others = [b for j, (_, b) in enumerate(unchanged) if unchanged[j][0] is not r]
             reference = gate.reference_from(merged(others), pairs, reason="leave one out")
@@ -227,15 +276,38 @@ def analyze(args: argparse.Namespace) -> int:
             changes = [abs(c.change) for c in checks if c.kind == kind and c.change is not None and subjects is None]
             if changes:
                 group["max_change"][kind] = max(group["max_change"].get(kind, 0), max(changes))
+            slowing = [slowed_by(c) for c in checks if c.kind == kind and (subjects is None or c.subject in subjects)]
+            slowing = [x for x in slowing if x is not None]
+            group.setdefault("worst", {}).setdefault(kind, []).append(max(slowing) if slowing else None)
     print(f"{'runs':<24}{'n':>3}  " + "  ".join(f"{k:>10}" for k in KINDS))
     for label, g in result.items():
         rate = "  ".join(f"{g['failed'][k]:>4}/{g['runs']:<5}" for k in KINDS)
         print(f"{label:<24}{g['runs']:>3}  {rate}")
     print("unchanged: runs with a false alarm; slowed: runs in which the slowdown was caught")
-    data["analysis"] = {"command": "python -m benchmarks.false_alarms analyze", "groups": result}
+    for label, g in result.items():
+        if g.get("max_change"):
+            print(
+                f"{label}: largest change of any check, per measure: "
+                + ", ".join(f"{k} {v:.1%}" for k, v in g["max_change"].items())
+            )
+    print("share of runs a tolerance would flag (unchanged: false alarms; slowed: caught), per measure:")
+    for label, g in result.items():
+        for kind, worst in g.get("worst", {}).items():
+            known = [w for w in worst if w is not None]
+            if known:
+                rates = ", ".join(f"{t:.0%}: {sum(w > t for w in known)}/{len(known)}" for t in SWEEP)
+                print(f"  {label:<10} {kind:<11} {rates}")
+    repeats = repeatability([b for _, b in runs])
+    moved = {arm: r["moved"] for arm, r in repeats.items() if r["moved"]}
+    launched = sum(r["launches"] for r in repeats.values())
+    print(f"counters: {launched} launches of {len(repeats)} arms in {len(runs)} runs; moved: {moved or 'none'}")
+    data["analysis"] = {
+        "command": "python -m benchmarks.false_alarms analyze",
+        "groups": result,
+        "counters_repeatability": repeats,
+    }
     args.out.write_text(json.dumps(data, indent=None, separators=(",", ":")) + "\n")
     if args.write_reference:
-        full = [json.loads(Path(path).read_text()) for path in args.full]
         ref = gate.reference_from(
             merged([*(b for _, b in unchanged), *full]), PAIRS, command=args.command, reason=args.reason
         )
@@ -254,23 +326,20 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--lock", help="hold this lock file (flock) during each run")
     r.add_argument("--background", default="", help="what else loaded the machine, in words, kept with each run")
     r.add_argument("pytest_args", nargs="*", help="after --: more pytest arguments (-k, --rounds, ...)")
+    f = sub.add_parser("add", help="record a bench JSON made elsewhere (e.g. a full `nox -s bench`) as a run")
+    f.add_argument("bench_json", type=Path)
+    f.add_argument("--label", default=FULL, help=f"{FULL}: a full run of the same code, merged into the reference")
+    f.add_argument("--command", required=True, help="the command that made the bench JSON")
+    f.add_argument("--background", default="")
     a = sub.add_parser("analyze", help="judge every run with the gate; false-alarm and detection rates")
     a.add_argument("--write-reference", metavar="PATH", help="also write the reference made from all unchanged runs")
-    a.add_argument(
-        "--full",
-        nargs="*",
-        default=[],
-        metavar="BENCH_JSON",
-        help="with --write-reference: full bench runs (every pair) of the same code, merged in for the pairs the "
-        "false-alarm runs did not cover",
-    )
     a.add_argument("--reason", default="the median of the unchanged runs of results/bench/false_alarms.json")
     a.add_argument("--command", default="python -m benchmarks.false_alarms run --label unchanged --runs 10")
     a.add_argument("-v", "--verbose", action="store_true", help="print each failing check")
-    for sp in (r, a):
+    for sp in (r, f, a):
         sp.add_argument("--out", type=Path, default=OUT)
     args = p.parse_args(argv)
-    return run(args) if args.verb == "run" else analyze(args)
+    return {"run": run, "add": add, "analyze": analyze}[args.verb](args)
 
 
 if __name__ == "__main__":

@@ -28,10 +28,11 @@ import json
 import statistics
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
+from benchmarks.bare_loop import BARE_LOOP
 from benchmarks.counters import scheduled
 from benchmarks.pairs import PAIRS, Pair, selected
 
@@ -50,9 +51,13 @@ REFRESH_COUNTERS = (
 # so a time measure blocks on those pairs and their arms only (TESTED); counters block everywhere.
 BLOCKING: frozenset[str] = frozenset({"counter"})
 TESTED: frozenset[str] = frozenset(
-    [p.name for p in selected(short=True)] + [c.key for p in selected(short=True) for c in (p.method, p.baseline)]
+    [p.name for p in selected(short=True)]
+    + [c.key for p in selected(short=True) for c in (p.method, p.baseline)]
+    + ["suite loop"]
 )
-TOLERANCE = {"cpu_ratio": 0.08, "cpu_units": 0.08, "wall_units": 0.15}  # wall_ratio: the pair's own
+TOLERANCE = {"cpu_ratio": 0.08, "cpu_units": 0.08, "wall_units": 0.15, "loop_units": 0.08}  # wall_ratio: the pair's
+LOOP, LOOP_ARMS = "suite loop", 3  # the loop_units check, made where at least LOOP_ARMS suite arms have a reference
+BARE = {c.key for p in PAIRS for c in (p.method, p.baseline) if c.method == BARE_LOOP}
 
 OK, FASTER, SLOWER, CHANGED = "ok", "faster", "SLOWER", "CHANGED"
 MOVES, OTHER_MACHINE = "moves (printed)", "other machine"
@@ -63,7 +68,7 @@ NOTES = {
     SLOWER: "slower than the reference by more than the measure's tolerance",
     CHANGED: f"a deterministic counter changed; if intended, refresh with a reason: {REFRESH_COUNTERS}",
     MOVES: "a counter that scheduling moves between identical launches (benchmarks/counters.py): printed only",
-    OTHER_MACHINE: "machine-unit times are compared on the reference's processor only",
+    OTHER_MACHINE: "machine-unit times are compared on the reference's processor only (ratios are printed there)",
     NOT_MEASURED: "the pair's benchmark failed or did not run (see pytest's output above)",
     NO_REFERENCE: f"new: add it to the reference with a reason: {REFRESH}",
     STALE: f"the pair's settings changed since its reference was measured: {REFRESH}",
@@ -80,6 +85,7 @@ class Check:
     measured: float | None
     tolerance: float | None
     verdict: str
+    same_processor: bool = True  # time measures block only on the processor of the reference
 
     @property
     def kind(self) -> str:
@@ -87,7 +93,9 @@ class Check:
 
     @property
     def blocking(self) -> bool:
-        return self.kind in BLOCKING and (self.kind == "counter" or self.subject in TESTED)
+        if self.kind == "counter":
+            return "counter" in BLOCKING
+        return self.kind in BLOCKING and self.subject in TESTED and self.same_processor
 
     @property
     def fails(self) -> bool:
@@ -156,6 +164,17 @@ def timed(
     return Check(subject, measure, ref, new, tol, SLOWER if slower else FASTER if faster else OK)
 
 
+def loop_check(units: list[Check], same_machine: bool) -> list[Check]:
+    """The shared loop in machine units: the median over the suite's arms of CPU step time / its reference (in
+    units of the calibration kernel). A slower loop moves every arm, so this median moves with it, while one
+    arm's noise moves it little; a method's slowdown moves only its own arms (`cpu_units`, `cpu_ratio`)."""
+    changes = [c.measured / c.reference for c in units if c.reference and c.measured and c.subject not in BARE]
+    if len(changes) < LOOP_ARMS:
+        return []
+    check = timed(LOOP, "loop_units", 1.0, statistics.median(changes), TOLERANCE["loop_units"], higher_is_slower=True)
+    return [check if same_machine else replace(check, verdict=OTHER_MACHINE)]
+
+
 def counter_checks(arm: str, runs: list[dict], ref: dict | None) -> list[Check]:
     """Every counter of every launch of `arm` against the reference's; a counter missing on one side is a change."""
     if not runs:
@@ -191,6 +210,7 @@ def compare(bench: dict, reference: dict, pairs: Sequence[Pair] = PAIRS) -> list
             if check.verdict not in MISSING and not same_machine:
                 check = Check(arm, measure, check.reference, new, check.tolerance, OTHER_MACHINE)
             checks.append(check)
+    checks += loop_check([c for c in checks if c.measure == "cpu_units"], same_machine)
     for pair in covered:
         summary, ref = summaries[pair.name], ref_pairs.get(pair.name)
         if ref is not None and (ref["method"], ref["baseline"]) != (pair.method.key, pair.baseline.key):
@@ -199,7 +219,8 @@ def compare(bench: dict, reference: dict, pairs: Sequence[Pair] = PAIRS) -> list
         for measure, tol in (("wall_ratio", pair.tolerance), ("cpu_ratio", TOLERANCE["cpu_ratio"])):
             key = "ratio" if measure == "wall_ratio" else measure
             new = summary.get(key) if summary else None
-            checks.append(timed(pair.name, measure, (ref or {}).get(key), new, tol, higher_is_slower=False))
+            check = timed(pair.name, measure, (ref or {}).get(key), new, tol, higher_is_slower=False)
+            checks.append(replace(check, same_processor=same_machine))
     return checks
 
 

@@ -157,7 +157,13 @@ def test_rounds_option_reads_a_number_or_auto(text, policy):
 def test_a_run_against_its_own_reference_passes():
     checks = gate.compare(bench_json(SPEED), REFERENCE, TOY)
     assert {c.verdict for c in checks} == {gate.OK} and not gate.failed(checks)
-    assert {c.measure for c in checks if c.kind != "counter"} == {"wall_ratio", "cpu_ratio", "cpu_units", "wall_units"}
+    assert {c.measure for c in checks if c.kind != "counter"} == {
+        "wall_ratio",
+        "cpu_ratio",
+        "cpu_units",
+        "wall_units",
+        "loop_units",
+    }
 
 
 def test_a_changed_counter_fails_naming_counter_arm_values_and_the_refresh(capsys):
@@ -212,11 +218,22 @@ def test_units_catch_a_slower_shared_loop_that_ratios_cannot_see():
     checks = gate.compare(bench_json(SPEED, units=12.0), REFERENCE, TOY)
     assert set(verdicts(checks, "cpu_units").values()) == {gate.SLOWER}
     assert set(verdicts(checks, "cpu_ratio").values()) == {gate.OK}
+    assert verdicts(checks, "loop_units") == {gate.LOOP: gate.SLOWER}
 
 
-def test_units_are_compared_on_the_references_processor_only():
-    checks = gate.compare(bench_json(SPEED, cpu="Other CPU", units=20.0), REFERENCE, TOY)
-    assert set(verdicts(checks, "cpu_units").values()) == {gate.OTHER_MACHINE} and not gate.failed(checks)
+def test_the_loop_measure_is_the_median_over_arms_so_one_slow_arm_moves_it_little():
+    checks = gate.compare(bench_json({**SPEED, FAST.key: 900.0 / 1.3}), REFERENCE, TOY)
+    loop = next(c for c in checks if c.measure == "loop_units")
+    assert loop.verdict == gate.OK and loop.measured == pytest.approx(1.0)
+
+
+def test_time_measures_are_judged_on_the_references_processor_only(monkeypatch):
+    monkeypatch.setattr(gate, "BLOCKING", frozenset({"counter", "cpu_units", "cpu_ratio"}))
+    slower = {**SPEED, FAST.key: 900.0 / 1.3}
+    checks = gate.compare(bench_json(slower, cpu="Other CPU", units=20.0), REFERENCE, TOY)
+    assert set(verdicts(checks, "cpu_units").values()) == {gate.OTHER_MACHINE}
+    assert verdicts(checks, "cpu_ratio")["fsdp/ddp"] == gate.SLOWER and not gate.failed(checks)
+    assert gate.failed(gate.compare(bench_json(slower), REFERENCE, TOY))
 
 
 @given(ratio=st.floats(0.05, 3), ref=st.floats(0.05, 3), tol=st.floats(0.01, 0.5))
