@@ -68,7 +68,7 @@ NOTES = {
     SLOWER: "slower than the reference by more than the measure's tolerance",
     CHANGED: f"a deterministic counter changed; if intended, refresh with a reason: {REFRESH_COUNTERS}",
     MOVES: "a counter that scheduling moves between identical launches (benchmarks/counters.py): printed only",
-    OTHER_MACHINE: "machine-unit times are compared on the reference's processor only (ratios are printed there)",
+    OTHER_MACHINE: "memory counters and times are judged on the reference's processor only (printed here)",
     NOT_MEASURED: "the pair's benchmark failed or did not run (see pytest's output above)",
     NO_REFERENCE: f"new: add it to the reference with a reason: {REFRESH}",
     STALE: f"the pair's settings changed since its reference was measured: {REFRESH}",
@@ -175,8 +175,11 @@ def loop_check(units: list[Check], same_machine: bool) -> list[Check]:
     return [check if same_machine else replace(check, verdict=OTHER_MACHINE)]
 
 
-def counter_checks(arm: str, runs: list[dict], ref: dict | None) -> list[Check]:
-    """Every counter of every launch of `arm` against the reference's; a counter missing on one side is a change."""
+def counter_checks(arm: str, runs: list[dict], ref: dict | None, same_machine: bool = True) -> list[Check]:
+    """Every counter of every launch of `arm` against the reference's; a counter missing on one side is a change.
+
+    Memory counters are judged on the reference's processor only: kernels chosen by the CPU's instruction set
+    may allocate other temporaries. Bytes, calls and FLOPs do not depend on the processor."""
     if not runs:
         return [Check(arm, "counter/*", None, None, None, NOT_MEASURED)]
     if ref is None:
@@ -189,6 +192,8 @@ def counter_checks(arm: str, runs: list[dict], ref: dict | None) -> list[Check]:
             verdict = OK if new == old.get(name) else CHANGED
             if verdict == CHANGED and scheduled(f"{arm} {name}"):
                 verdict = MOVES
+            elif verdict == CHANGED and name.startswith("memory/") and not same_machine:
+                verdict = OTHER_MACHINE
             checks.append(Check(arm, f"counter/{name}", old.get(name), new, 0.0, verdict))
     return checks
 
@@ -202,7 +207,7 @@ def compare(bench: dict, reference: dict, pairs: Sequence[Pair] = PAIRS) -> list
     checks: list[Check] = []
     for arm in arms_of(covered):
         ref = ref_arms.get(arm)
-        checks += counter_checks(arm, runs.get(arm, []), ref)
+        checks += counter_checks(arm, runs.get(arm, []), ref, same_machine)
         for measure in ("cpu_units", "wall_units"):
             values = [r[measure] for r in runs.get(arm, []) if r.get(measure) is not None]
             new = statistics.median(values) if values else None

@@ -184,6 +184,15 @@ def test_a_counter_that_appears_or_disappears_is_a_change():
     assert gone and all(c.measured is None and c.reference == 4096 for c in gone)
 
 
+def test_memory_counters_are_judged_on_the_references_processor_only():
+    more = {"comm/all_reduce@replicate/bytes_per_step/rank0": 4096, "flops/model_per_step": 10**9, "memory/x/rank0": 1}
+    checks = gate.compare(bench_json(SPEED, cpu="Other CPU", counters=more), REFERENCE, TOY)
+    assert {c.verdict for c in checks if c.measure == "counter/memory/x/rank0"} == {gate.OTHER_MACHINE}
+    assert not gate.failed(checks)
+    fewer = {"flops/model_per_step": 10**9}
+    assert gate.failed(gate.compare(bench_json(SPEED, cpu="Other CPU", counters=fewer), REFERENCE, TOY))
+
+
 def test_counters_scheduling_moves_are_printed_not_gated(monkeypatch):
     monkeypatch.setattr("benchmarks.counters.SCHEDULED", (r"fsdp-n2 comm/.*",))
     more = {"comm/all_reduce@replicate/bytes_per_step/rank0": 8192, "flops/model_per_step": 10**9}
