@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
 from suite.atomic import atomic_write, publish_folder, temporary_folder
@@ -325,7 +326,7 @@ def load(worker: Worker, path: Path) -> dict:
         dcp.load(tensors, storage_reader=_SafeReader(path), planner=_TensorsOnlyPlanner(), process_group=worker.control)
     except CheckpointError:
         raise
-    except Exception as err:  # DCP's own: missing keys, wrong shapes, truncated files
+    except (Exception, CheckpointException) as err:  # DCP's own (a BaseException): missing keys, wrong shapes
         last = [line for line in str(err).splitlines() if line.strip()][-1]
         raise CheckpointError(f"{path}: cannot load this run's state from it ({last})") from None
     _restore_plain(worker, mine, tensors)

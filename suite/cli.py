@@ -117,6 +117,8 @@ def check_config(cfg: RunConfig) -> None:
         method_params, _ = optim.split_variant(cfg)
         if cfg.nproc < 1:
             raise ValueError(f"--nproc must be at least 1, got {cfg.nproc}")
+        if not 0 <= cfg.seed < 2**63:
+            raise ValueError(f"--seed must be in [0, 2**63), got {cfg.seed}")
         if cfg.micro_batch < 1 or cfg.grad_accum < 1 or cfg.seq_len < 2:
             raise ValueError("micro_batch and grad_accum must be >= 1 and seq_len >= 2 (--set KEY=VALUE)")
         _check_faults(cfg)
@@ -453,6 +455,8 @@ def cmd_simulate(args: argparse.Namespace, argv: list[str]) -> int:
         record = read_record(args.record)
     except FileNotFoundError:
         raise UsageError(f"no record at {args.record!r}; give the path `run` or `estimate` printed") from None
+    except OSError as err:
+        raise UsageError(f"cannot read {args.record!r} ({err.strerror}); give a readable record") from None
     except RecordError as err:
         raise UsageError(str(err)) from None
     compute = (args.compute_s, f"given: {args.compute_s} s per step") if args.compute_s is not None else None
