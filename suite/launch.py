@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -68,17 +69,26 @@ def _mark_failed(cfg: RunConfig, error: str) -> None:
     """The launcher's account of a failed run: which worker failed first, then what rank 0 saw (it writes the
     record when it can, but a worker waiting on a dead peer only sees the connection drop). The record says
     `incomplete` when a checkpoint can resume the run, `failed` otherwise."""
-    path = cfg.record_path()
     resumable = latest(run_folder(cfg)) is not None
+
+    def account(seen: str | None) -> str:
+        text = error + (f"; rank 0 reported: {seen}" if seen else "")
+        if resumable and "--resume" not in text:
+            text += f"; resume it with python -m suite run --resume {cfg.record_path()}"
+        return text
+
+    close_record(cfg, "incomplete" if resumable else "failed", account)
+
+
+def close_record(cfg: RunConfig, status: str, account: Callable[[str | None], str]) -> None:
+    """Write `cfg`'s record with `status` and the error `account(what the workers had written)`; a complete
+    record stays as it is, and a missing or unreadable one is made from the config."""
+    path = cfg.record_path()
     try:
         rec = read_record(path)
     except (RecordError, OSError):
         rec = failed_record(cfg, cfg.nproc, "")
     if rec["status"] == "complete":
         return
-    seen = rec.get("error")
-    error += f"; rank 0 reported: {seen}" if seen else ""
-    if resumable and "--resume" not in error:
-        error += f"; resume it with python -m suite run --resume {path}"
-    rec["status"], rec["error"] = "incomplete" if resumable else "failed", error
+    rec["status"], rec["error"] = status, account(rec.get("error") or None)
     write_record(rec, path)

@@ -40,11 +40,11 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 from suite import config
 from suite.checkpoint import CheckpointError, latest, resumable_config, run_folder
 from suite.config import RunConfig, command_line
-from suite.launch import launch
+from suite.launch import close_record, launch
 from suite.micro import Microbench, micro_record
 from suite.plans import Estimate, Plan
 from suite.recorder import failed_record, new_run_id, repository_path
-from suite.records import RecordError, load_records, read_record, summary_row, write_record
+from suite.records import load_records, read_record, summary_row, write_record
 
 MB = 1e6
 # flags whose value is the folder a command wrote into (left out of the key, as are how a run was kept
@@ -249,16 +249,11 @@ def _resumable(existing: list[dict]) -> RunConfig | None:
 def _close_interrupted(cfg: RunConfig, err: BaseException) -> None:
     """The interrupted run's record says `incomplete`, with the signal (written here if no worker could)."""
     sig = signal.Signals(getattr(err, "sigval", signal.SIGINT)).name
-    path = cfg.record_path()
-    try:
-        rec = read_record(path)
-    except (RecordError, OSError):
-        rec = failed_record(cfg, cfg.nproc, "")
-    if rec["status"] == "complete":
-        return
-    said = f"; the workers reported: {rec['error']}" if rec.get("error") else ""
-    rec["status"], rec["error"] = "incomplete", f"interrupted by {sig}: the plan was stopped{said}"
-    write_record(rec, path)
+
+    def account(seen: str | None) -> str:
+        return f"interrupted by {sig}: the plan was stopped" + (f"; the workers reported: {seen}" if seen else "")
+
+    close_record(cfg, "incomplete", account)
 
 
 def _settle(folder: Folder, path: Path) -> dict:
