@@ -101,28 +101,6 @@ def write_config(cfg: RunConfig) -> None:
     atomic_write(folder / "run.json", lambda f: f.write(cfg.to_json()))
 
 
-def note_fault(cfg: RunConfig, event: dict) -> None:
-    """Append one injected fault; written before the fault so that a killed worker leaves its time behind."""
-    path = run_folder(cfg) / "faults.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:
-        f.write(json.dumps(event) + "\n")
-        f.flush()
-
-
-def faults(cfg: RunConfig) -> list[dict]:
-    path = run_folder(cfg) / "faults.jsonl"
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line cut by the kill it announced
-    return out
-
-
 # ---- what a rank holds -------------------------------------------------------------------------------
 def _optimizers(worker: Worker) -> list[torch.optim.Optimizer]:
     return [worker.optimizer, *worker.strategy.optimizers()]

@@ -11,6 +11,7 @@ is past the step it died at.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import signal
 import sys
@@ -55,6 +56,28 @@ def attempt_store(timeout: dt.timedelta) -> dict:
     }
 
 
+def _note_fault(cfg: RunConfig, event: dict) -> None:
+    """Append one injected fault; written before the fault so that a killed worker leaves its time behind."""
+    path = ckpt.run_folder(cfg) / "faults.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(json.dumps(event) + "\n")
+        f.flush()
+
+
+def _injected(cfg: RunConfig) -> list[dict]:
+    path = ckpt.run_folder(cfg) / "faults.jsonl"
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut by the kill it announced
+    return out
+
+
 def section(cfg: RunConfig) -> dict:
     """The record's `faults` section of a run that has not failed yet."""
     injected = {"kill_rank": cfg.kill_rank, "hang_rank": cfg.hang_rank, "at_step": cfg.fault_step}
@@ -72,7 +95,7 @@ def section(cfg: RunConfig) -> dict:
 
 def note_resume(cfg: RunConfig, faults: dict, step: int, started: float) -> None:
     """Add the resume from `step` of an attempt that started at `started` (its process's time) to `faults`."""
-    failure = next((f for f in reversed(ckpt.faults(cfg)) if f["time"] < started), None)
+    failure = next((f for f in reversed(_injected(cfg)) if f["time"] < started), None)
     faults["resumes"].append(
         {
             "from_step": step,
@@ -103,7 +126,7 @@ def inject(cfg: RunConfig, rank: int, step: int) -> None:
     kind = "killed" if cfg.kill_rank == rank else "hung" if cfg.hang_rank == rank else None
     if kind is None:
         return
-    ckpt.note_fault(cfg, {"event": kind, "rank": rank, "step": step, "time": time.time()})
+    _note_fault(cfg, {"event": kind, "rank": rank, "step": step, "time": time.time()})
     print(f"fault injection: worker {rank} {kind} at step {step}", file=sys.stderr, flush=True)
     if kind == "killed":
         os.kill(os.getpid(), signal.SIGKILL)
