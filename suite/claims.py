@@ -201,7 +201,8 @@ class _Entry:
         self.entry, self.where = entry, where
 
     def error(self, name: str, message: str) -> ClaimsError:
-        return ClaimsError(f"{self.where}.{name}: {message}")
+        shown = name if str(name).isprintable() else repr(name)  # a key with a line break stays on one line
+        return ClaimsError(f"{self.where}.{shown}: {message}")
 
     def get(self, name: str, kind: type | tuple, default: Any = ...) -> Any:
         value = self.entry.get(name)
