@@ -13,6 +13,7 @@ from torch.distributed.fsdp import fully_shard
 from baselines import precision
 from baselines.checkpointing import apply_activation_checkpointing
 from suite.models import blocks_of
+from suite.params import Param
 from suite.strategy import Context, Strategy
 
 
@@ -30,10 +31,10 @@ class FSDP(Strategy):
 
     name = "fsdp"
     params = {
-        "reshard_after_forward": lambda v: str(v).lower() in ("true", "1"),
+        "reshard_after_forward": Param(bool, True, "free each block's gathered parameters after its forward"),
         # FSDP2 all-gathers the next block during backward by default; off, like a method that cannot prefetch
         # (SDP+FSDP), so the two compare with one set of wrapper settings
-        "backward_prefetch": lambda v: str(v).lower() in ("true", "1"),
+        "backward_prefetch": Param(bool, True, "all-gather the next block during backward"),
     }
 
     def make_mesh(self, ctx: Context) -> DeviceMesh:
@@ -52,12 +53,12 @@ class FSDP(Strategy):
         kw = {
             "mesh": self.mesh,
             "mp_policy": precision.fsdp_policy(self.cfg.precision),
-            "reshard_after_forward": self.variant.get("reshard_after_forward", True),
+            "reshard_after_forward": self.variant["reshard_after_forward"],
         }
         for block in blocks_of(model):
             fully_shard(block, **kw)
         fully_shard(model, **kw)
-        if not self.variant.get("backward_prefetch", True):
+        if not self.variant["backward_prefetch"]:
             for module in (*blocks_of(model), model):
                 module.set_modules_to_backward_prefetch([module])  # itself, already unsharded: no prefetch
         return model.to(ctx.device)
@@ -69,8 +70,8 @@ class FSDP(Strategy):
         return {
             "strategy": self.name,
             "mesh": dict(zip(self.mesh.mesh_dim_names, self.mesh.shape)),
-            "reshard_after_forward": self.variant.get("reshard_after_forward", True),
-            "backward_prefetch": self.variant.get("backward_prefetch", True),
+            "reshard_after_forward": self.variant["reshard_after_forward"],
+            "backward_prefetch": self.variant["backward_prefetch"],
         }
 
 
@@ -78,7 +79,10 @@ class HSDP(FSDP):
     """Shard inside groups of `shard` ranks (a node, by default), replicate across them."""
 
     name = "hsdp"
-    params = {**FSDP.params, "shard": int}
+    params = {
+        **FSDP.params,
+        "shard": Param(int, None, "ranks per shard group (default: the node's workers, or half the workers)", low=1),
+    }
 
     def shard_size(self, world_size: int) -> int:
         if "shard" in self.variant:

@@ -27,6 +27,7 @@ from torch.optim.adamw import adamw as functional_adamw
 
 from suite.config import RunConfig
 from suite.optim import OptimizerSpec, param_groups
+from suite.params import Param
 from suite.strategy import Context
 
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
@@ -227,25 +228,15 @@ def matrix_groups(model: nn.Module, cfg: RunConfig, algorithm: str, scalar_lr: f
     return [g for g in out if g["params"]]
 
 
-def _bool(value) -> bool:
-    return str(value).lower() in ("true", "1", "yes")
-
-
-def _adjust(value) -> str:
-    if value not in ADJUST_LR:
-        raise ValueError(f"adjust_lr must be one of {', '.join(ADJUST_LR)}, got {value!r}")
-    return value
-
-
 def build_muon(model: nn.Module, cfg: RunConfig, ctx: Context, params: dict) -> Muon:
     groups = matrix_groups(model, cfg, "muon", params.get("scalar_lr"), weight_decay=cfg.weight_decay)
     return Muon(
         groups,
         lr=cfg.lr,
-        mu=params.get("mu", 0.95),
-        nesterov=params.get("nesterov", True),
+        mu=params["mu"],
+        nesterov=params["nesterov"],
         weight_decay=cfg.weight_decay,
-        adjust_lr=params.get("adjust_lr", "spectral_norm"),
+        adjust_lr=params["adjust_lr"],
     )
 
 
@@ -254,5 +245,10 @@ MUON = OptimizerSpec(
     build_muon,
     "Muon (5 bf16 Newton-Schulz steps, Nesterov) on matrices, AdamW on the rest; under FSDP2 gather, "
     "orthogonalize, scatter (--set mu, nesterov, adjust_lr=spectral_norm|rms_norm|max1, scalar_lr)",
-    params={"mu": float, "nesterov": _bool, "adjust_lr": _adjust, "scalar_lr": float},
+    params={
+        "mu": Param(float, 0.95, "momentum", low=0, high=1, high_open=True),
+        "nesterov": Param(bool, True, "Nesterov momentum"),
+        "adjust_lr": Param(str, "spectral_norm", "how the update is scaled to the matrix shape", choices=ADJUST_LR),
+        "scalar_lr": Param(float, None, "learning rate of the AdamW part (default: the run's lr)", low=0, low_open=True),
+    },
 )

@@ -123,8 +123,6 @@ def _parse(text: str, like: object):
         return text.lower() in ("true", "1")
     if isinstance(like, int):
         return int(float(text)) if float(text).is_integer() else int(text)
-    if like is None and text.lower() in ("true", "false"):
-        return text.lower() == "true"  # a method's switch reads back as the bool the plan gave
     if isinstance(like, float) or like is None:
         try:
             return float(text)
@@ -148,7 +146,7 @@ def apply_sets(cfg: RunConfig, pairs: list[str]) -> RunConfig:
             except ValueError as err:
                 raise ValueError(f"--set {key}: {err}") from None
         else:
-            cfg.variant[key] = _parse(value, None)
+            cfg.variant[key] = value  # the declared Param of the method or optimizer reads it (suite.params)
     return cfg
 
 

@@ -23,6 +23,7 @@ from torch.optim.lr_scheduler import LambdaLR, LRScheduler
 
 from suite.config import RunConfig
 from suite.extensions import declared
+from suite.params import Param, parse_params
 from suite.strategy import local_tensor
 
 GROUPS = ("matrices", "embeddings", "head", "norms", "biases", "other")
@@ -33,13 +34,14 @@ _NORMS = (nn.LayerNorm, nn.RMSNorm, nn.GroupNorm, nn.modules.batchnorm._BatchNor
 class OptimizerSpec:
     """`build(model, cfg, ctx, params)` returns the torch.optim.Optimizer over this rank's parameters.
 
-    `params` maps each parameter the optimizer takes through `--set` to its parser (float, int, ...).
+    `params` declares each parameter the optimizer takes through `--set` (suite.params.Param); `build` receives
+    them parsed, with the declared defaults filled in.
     """
 
     name: str
     build: Callable
     description: str = ""
-    params: dict[str, Callable] = field(default_factory=dict)
+    params: dict[str, Param] = field(default_factory=dict)
 
 
 def optimizers() -> dict[str, OptimizerSpec]:
@@ -57,11 +59,8 @@ def split_variant(cfg: RunConfig) -> tuple[dict, dict]:
     """(method parameters, optimizer parameters) of cfg.variant: the optimizer's own keys go to it, parsed."""
     spec = get_spec(cfg.optimizer)
     method = {k: v for k, v in cfg.variant.items() if k not in spec.params}
-    try:
-        mine = {k: spec.params[k](v) for k, v in cfg.variant.items() if k in spec.params}
-    except ValueError as err:
-        raise ValueError(f"optimizer {spec.name}: {err}") from None
-    return method, mine
+    given = parse_params(f"optimizer {spec.name}", spec.params, {k: v for k, v in cfg.variant.items() if k in spec.params})
+    return method, {k: p.default for k, p in spec.params.items() if p.default is not None} | given
 
 
 def _head(model: nn.Module) -> nn.Module | None:

@@ -23,6 +23,7 @@ from torch.distributed.tensor import DTensor
 from suite.config import RunConfig
 from suite.extensions import declared
 from suite.meters.comm import CommLedger
+from suite.params import Param, parse_params
 
 
 def local_tensor(t: torch.Tensor) -> torch.Tensor:
@@ -56,24 +57,17 @@ class Strategy(ABC):
 
     name: str = ""
     baseline: bool = True
-    params: dict[str, Callable] = {}
+    # typed parameters (suite.params): `--set KEY=VALUE` and plans' variants are parsed and checked by them
+    params: dict[str, Param] = {}
     # steps after which the method's communication repeats (e.g. averaging every H steps): the ledger
     # counts one whole period, so per-step bytes are the period's total over its length
     comm_period: int = 1
 
     def __init__(self, cfg: RunConfig, variant: dict | None = None) -> None:
         self.cfg = cfg
-        self.variant = self._check_params(cfg.variant if variant is None else variant)
-
-    def _check_params(self, given: dict) -> dict:
-        unknown = sorted(set(given) - set(self.params))
-        if unknown:
-            valid = ", ".join(sorted(self.params)) or "none"
-            raise ValueError(
-                f"method {self.name} has no parameter {unknown[0]!r} (its parameters: {valid}); "
-                f"config fields are listed by `python -m suite run --help`"
-            )
-        return {k: self.params[k](v) for k, v in given.items()}
+        given = parse_params(f"method {self.name}", self.params, cfg.variant if variant is None else variant)
+        # declared defaults are filled in, so a run that names a default is the same arm as one that leaves it out
+        self.variant = {k: p.default for k, p in self.params.items() if p.default is not None} | given
 
     def check(self, world_size: int) -> None:
         """Raise ValueError (naming the fix) when this method cannot run on `world_size` workers."""

@@ -13,6 +13,7 @@ from torch import nn
 
 from baselines.ddp import DDP
 from suite.extensions import Reproduction
+from suite.params import Param
 from suite.strategy import Context
 
 PERIOD = 4
@@ -22,7 +23,7 @@ class PeriodicDDP(DDP):
     name = "test-periodic"
     baseline = False
     comm_period = PERIOD
-    params: ClassVar[dict] = {"sleep_s": float, "outer": lambda v: str(v).lower() in ("1", "true")}
+    params: ClassVar[dict] = {"sleep_s": Param(float, None, "seconds", low=0), "outer": Param(bool, False)}
 
     def build(self, make_model, ctx: Context) -> nn.Module:
         model = super().build(make_model, ctx)

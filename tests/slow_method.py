@@ -13,13 +13,14 @@ from torch import nn
 
 from baselines.ddp import DDP
 from suite.extensions import Reproduction
+from suite.params import Param
 from suite.strategy import Context
 
 
 class SlowDDP(DDP):
     name = "ddp-slow"
     baseline = False
-    params: ClassVar[dict] = {"sleep_s": float}
+    params: ClassVar[dict] = {"sleep_s": Param(float, 0.0, "seconds to sleep after each step", low=0)}
 
     def after_step(self, model: nn.Module, step: int, ctx: Context) -> None:
         # inside the step clock, as a slower method's own work would be

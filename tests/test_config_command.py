@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from suite.cli import config_from_args, parser
 from suite.config import RunConfig, command_line
+from suite.params import Param
 
 configs = st.builds(
     RunConfig,
@@ -35,7 +36,9 @@ configs = st.builds(
 def test_run_command_parses_back_to_the_same_config(cfg):
     argv = shlex.split(command_line(cfg))[3:]
     back = config_from_args(parser().parse_args(argv), argv)
-    assert dataclasses.replace(back, command="") == dataclasses.replace(cfg, command="")
+    assert dataclasses.replace(back, command="", variant={}) == dataclasses.replace(cfg, command="", variant={})
+    # method parameters come back as the text the method's declared Param reads (suite.params)
+    assert {k: Param(float).parse(k, v) for k, v in back.variant.items()} == cfg.variant
 
 
 def test_estimate_command_names_the_world_size_and_no_budget():

@@ -32,6 +32,7 @@ TOY = textwrap.dedent(
     from suite.meters.base import Meter
     from suite.micro import Microbench
     from suite.optim import OptimizerSpec
+    from suite.params import Param
     from suite.pairs import Config, Pair
     from suite.plans import Plan
 
@@ -96,7 +97,7 @@ TOY = textwrap.dedent(
         name="toy",
         description="a throwaway reproduction",
         methods=(ToyDDP,),
-        optimizers=(OptimizerSpec("toy-sgd", build_sgd, "SGD with momentum", {"toy_lr": float}),),
+        optimizers=(OptimizerSpec("toy-sgd", build_sgd, "SGD with momentum", {"toy_lr": Param(float, None, "its learning rate", low=0)}),),
         meters=(NormMeter,),
         plan=plan,
         claims=Path(__file__).with_name("claims.yaml"),

@@ -11,14 +11,15 @@ from torch.nn.parallel import DistributedDataParallel
 
 from baselines.muon import matrix_groups
 from reproductions.dion import ddp_sync
-from reproductions.dion.dion import Dion, check_rank_fraction
+from reproductions.dion.dion import Dion
 from suite.config import RunConfig
 from suite.optim import OptimizerSpec
+from suite.params import Param
 from suite.strategy import Context
 
 
 def build_dion(model: nn.Module, cfg: RunConfig, ctx: Context, params: dict) -> Dion:
-    fraction = params.get("rank_fraction", 1.0)
+    fraction = params["rank_fraction"]
     groups = matrix_groups(
         model, cfg, "dion", params.get("scalar_lr"), weight_decay=cfg.weight_decay, rank_fraction=fraction
     )
@@ -26,7 +27,7 @@ def build_dion(model: nn.Module, cfg: RunConfig, ctx: Context, params: dict) -> 
     return Dion(
         groups,
         lr=cfg.lr,
-        mu=params.get("mu", 0.95),
+        mu=params["mu"],
         rank_fraction=fraction,
         weight_decay=cfg.weight_decay,
         replicate_group=replicate,
@@ -38,5 +39,9 @@ DION = OptimizerSpec(
     build_dion,
     "Dion (rank r = ceil(rank_fraction x min(m, n)), one power iteration, error feedback) on matrices, AdamW on "
     "the rest; under DDP it replaces the gradient all-reduce (--set rank_fraction, mu, scalar_lr)",
-    params={"rank_fraction": lambda v: check_rank_fraction(float(v)), "mu": float, "scalar_lr": float},
+    params={
+        "rank_fraction": Param(float, 1.0, "rank r over min(m, n) of each matrix", low=0, high=1, low_open=True),
+        "mu": Param(float, 0.95, "momentum (error feedback)", low=0, high=1, high_open=True),
+        "scalar_lr": Param(float, None, "learning rate of the AdamW part (default: the run's lr)", low=0, low_open=True),
+    },
 )

@@ -37,51 +37,11 @@ from reproductions.fl_fsdp.averaging import OUTER, FederatedAverager
 from reproductions.fl_fsdp.formulas import ring_bytes
 from reproductions.fl_fsdp.mesh import Shape, build_mesh, group_mesh, node_size, shape_of
 from suite.models import blocks_of
+from suite.params import Param
 from suite.strategy import Context, Strategy
 
 SPLITS = ("split", "whole")
 INNERS = ("fsdp", "ddp")
-
-
-def _whole(name: str, low: int, what: str) -> Callable[[object], int]:
-    def parse(value: object) -> int:
-        try:
-            x = float(str(value))
-        except ValueError:
-            x = float(low - 1)
-        n = int(x) if x.is_integer() else low - 1
-        if n < low:
-            raise ValueError(f"{name} ({what}) must be a whole number >= {low}, got {value!r}; pass --set {name}={low}")
-        return n
-
-    return parse
-
-
-def _choice(name: str, options: tuple[str, ...]) -> Callable[[object], str]:
-    def parse(value: object) -> str:
-        if str(value) not in options:
-            choices = ", ".join(options)
-            raise ValueError(f"{name} must be one of {choices}, got {value!r}; pass --set {name}={options[0]}")
-        return str(value)
-
-    return parse
-
-
-def _flag(value: object) -> bool:
-    text = str(value).lower()
-    if text not in ("true", "false", "1", "0"):
-        raise ValueError(f"expected true or false, got {value!r}")
-    return text in ("true", "1")
-
-
-def _positive(name: str) -> Callable[[object], float]:
-    def parse(value: object) -> float:
-        x = float(value)
-        if x < 0:
-            raise ValueError(f"{name} must be >= 0, got {value!r}")
-        return x
-
-    return parse
 
 
 class Federated(Strategy):
@@ -90,26 +50,21 @@ class Federated(Strategy):
     name = "fl-fsdp"
     baseline = False
     inner = "fsdp"
-    outer_default = "none"
     params = {
-        "F": _whole("F", 1, "steps between aggregations"),
-        "G": _whole("G", 1, "ranks per federation group"),
-        "average_moments": _flag,
-        "outer": _choice("outer", OUTER),
-        "outer_lr": _positive("outer_lr"),
-        "outer_momentum": _positive("outer_momentum"),
-        "data_split": _choice("data_split", SPLITS),
-        "check": _flag,
-        "reshard_after_forward": _flag,
+        "F": Param(int, 8, "steps between aggregations", low=1),
+        "G": Param(int, None, "ranks per federation group (default: a node's workers)", low=1),
+        "average_moments": Param(bool, False, "average the optimizer's moments too"),
+        "outer": Param(str, "none", "outer optimizer on the pseudo-gradient", OUTER),
+        "outer_lr": Param(float, None, "outer learning rate (default 0.7 with an outer optimizer)", low=0),
+        "outer_momentum": Param(float, None, "outer momentum (default 0.9 with an outer optimizer)", low=0),
+        "data_split": Param(str, "split", "split: every rank its own rows; whole: each group the whole set", SPLITS),
+        "check": Param(bool, False, "check after each aggregation that the groups agree"),
+        "reshard_after_forward": Param(bool, True, "FSDP2's reshard_after_forward inside a group"),
     }
 
     def __init__(self, cfg, variant: dict | None = None) -> None:
         super().__init__(cfg, variant)
         v = self.variant
-        v.setdefault("F", 8)
-        v.setdefault("outer", self.outer_default)
-        v.setdefault("data_split", "split")
-        v.setdefault("average_moments", False)
         if v["outer"] != "none":
             v.setdefault("outer_lr", 0.7)
             v.setdefault("outer_momentum", 0.9)
@@ -169,7 +124,7 @@ class Federated(Strategy):
             kw = {
                 "mesh": group_mesh(self.mesh, self.dims),
                 "mp_policy": precision.fsdp_policy(self.cfg.precision),
-                "reshard_after_forward": self.variant.get("reshard_after_forward", True),
+                "reshard_after_forward": self.variant["reshard_after_forward"],
             }
             for block in blocks_of(model):
                 fully_shard(block, **kw)
@@ -197,7 +152,7 @@ class Federated(Strategy):
     def after_step(self, model: nn.Module, step: int, ctx: Context) -> None:
         if (step + 1) % self.F:
             return
-        self.averager.average(check=self.variant.get("check", False))
+        self.averager.average(check=self.variant["check"])
         if self.variant["average_moments"]:
             if self.inner_optimizer is None:
                 raise RuntimeError("average_moments: no optimizer has stepped this rank's parameters")
@@ -273,7 +228,10 @@ class FLHSDP(Federated):
     """Groups of G ranks, HSDP inside: sharded over S ranks, G / S replicas; FedAvg across groups."""
 
     name = "fl-hsdp"
-    params = {**Federated.params, "S": _whole("S", 1, "ranks one model is sharded over inside a group")}
+    params = {
+        **Federated.params,
+        "S": Param(int, None, "ranks one model is sharded over inside a group (default G / 2)", low=1),
+    }
 
     def default_G(self, world_size: int) -> int:
         return max(world_size // 2, 1)
@@ -286,11 +244,10 @@ class FLHSDP(Federated):
 class _Relative(Federated):
     """DiLoCo and Local SGD: DDP inside a group (default one rank per group), or FSDP with inner=fsdp."""
 
-    params = {**Federated.params, "inner": _choice("inner", INNERS)}
+    params = {**Federated.params, "inner": Param(str, "ddp", "the wrapper inside a group", INNERS)}
 
     def __init__(self, cfg, variant: dict | None = None) -> None:
         super().__init__(cfg, variant)
-        self.variant.setdefault("inner", "ddp")
         self.inner = self.variant["inner"]
 
     def default_G(self, world_size: int) -> int:
@@ -302,7 +259,7 @@ class DiLoCo(_Relative):
     pseudo-gradient theta_prev - mean(theta_i)."""
 
     name = "diloco"
-    outer_default = "nesterov"
+    params = {**_Relative.params, "outer": Param(str, "nesterov", "outer optimizer on the pseudo-gradient", OUTER)}
 
 
 class LocalSGD(_Relative):

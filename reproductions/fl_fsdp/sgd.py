@@ -8,15 +8,19 @@ from torch import nn
 
 from suite.config import RunConfig
 from suite.optim import OptimizerSpec
+from suite.params import Param
 from suite.strategy import Context
 
 
 def build_sgd(model: nn.Module, cfg: RunConfig, ctx: Context, params: dict) -> torch.optim.Optimizer:
     return torch.optim.SGD(
-        [p for p in model.parameters() if p.requires_grad], lr=cfg.lr, momentum=params.get("sgd_momentum", 0.0)
+        [p for p in model.parameters() if p.requires_grad], lr=cfg.lr, momentum=params["sgd_momentum"]
     )
 
 
 SGD = OptimizerSpec(
-    "sgd", build_sgd, "torch.optim.SGD (RunConfig lr; sgd_momentum, default 0)", {"sgd_momentum": float}
+    "sgd",
+    build_sgd,
+    "torch.optim.SGD (RunConfig lr; sgd_momentum, default 0)",
+    {"sgd_momentum": Param(float, 0.0, "momentum", low=0, high=1, high_open=True)},
 )

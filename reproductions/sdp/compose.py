@@ -40,19 +40,11 @@ from baselines import precision
 from baselines.checkpointing import apply_activation_checkpointing
 from baselines.fsdp import _gradient_sync
 from reproductions.sdp.masks import Mask
-from reproductions.sdp.method import SHARED, BlockSDP, _whole, drop_blocks, maskable_blocks
+from reproductions.sdp.method import SHARED, BlockSDP, drop_blocks, maskable_blocks
+from suite.params import Param
 from suite.strategy import Context, local_tensor
 
 READINGS = ("none", "holders", "worker")
-
-
-def _reading(value: object) -> str:
-    if value not in READINGS:
-        raise ValueError(
-            f"fsdp must be one of {', '.join(READINGS)}, got {value!r}; pass --set fsdp=holders "
-            "(each block sharded over its holders) or --set fsdp=worker --set G=2 (workers of G ranks)"
-        )
-    return str(value)
 
 
 def padded_numel(shape: tuple[int, ...], n: int) -> int:
@@ -63,11 +55,14 @@ def padded_numel(shape: tuple[int, ...], n: int) -> int:
 class ComposedBlockSDP(BlockSDP):
     """b-sdp with `fsdp=none` (plain, method.py), `holders` or `worker` (this module's docstring)."""
 
-    params = {**BlockSDP.params, "fsdp": _reading, "G": _whole("G", 1, "devices per SDP worker, with fsdp=worker")}
+    params = {
+        **BlockSDP.params,
+        "fsdp": Param(str, "none", "none; holders: each block sharded over its holders; worker: workers of G ranks", READINGS),
+        "G": Param(int, None, "devices per SDP worker, with fsdp=worker (default 1)", low=1),
+    }
 
     def __init__(self, cfg, variant: dict | None = None) -> None:
         super().__init__(cfg, variant)
-        self.variant = {"fsdp": "none", **self.variant}
         self.reading = self.variant["fsdp"]
         if "G" in self.variant and self.reading != "worker":
             raise ValueError("G (devices per SDP worker) applies only with --set fsdp=worker")

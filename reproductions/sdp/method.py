@@ -34,6 +34,7 @@ from baselines.checkpointing import apply_activation_checkpointing
 from reproductions.sdp.masks import Mask, assign
 from suite import models
 from suite.models import blocks_of
+from suite.params import Param
 from suite.strategy import Context, Strategy, local_tensor
 
 AGGREGATIONS = ("groups", "dense")
@@ -45,35 +46,6 @@ class SkippedBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
         return x
-
-
-def _aggregation(value: object) -> str:
-    if value not in AGGREGATIONS:
-        raise ValueError(
-            f"aggregation must be one of {', '.join(AGGREGATIONS)}, got {value!r}; "
-            "pass --set aggregation=groups or --set aggregation=dense"
-        )
-    return str(value)
-
-
-def _coverage(value: object) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"C must be a number in (0, 1], got {value!r}; pass e.g. --set C=0.5") from None
-
-
-def _whole(name: str, minimum: int, meaning: str) -> Callable[[object], int]:
-    def convert(value: object) -> int:
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            number = float("nan")
-        if not number.is_integer() or number < minimum:
-            raise ValueError(f"{name} must be a whole number >= {minimum} ({meaning}), got {value!r}")
-        return int(number)
-
-    return convert
 
 
 def maskable_blocks(model: nn.Module) -> list[nn.Module]:
@@ -143,15 +115,11 @@ class SubnetworkDP(Strategy):
     baseline = False
     forward_masked = True
     params = {
-        "C": _coverage,
-        "K": _whole("K", 1, "the number of SDP workers, equal to --nproc"),
-        "aggregation": _aggregation,
-        "check_every": _whole("check_every", 0, "steps between holder checks; 0 turns them off"),
+        "C": Param(float, 0.5, "fraction of the model each worker holds", low=0, high=1, low_open=True),
+        "K": Param(int, None, "the number of SDP workers (default and only value: --nproc)", low=1),
+        "aggregation": Param(str, "groups", "holders sum gradients in their own groups, or densely", AGGREGATIONS),
+        "check_every": Param(int, None, "steps between holder checks (default: off)", low=0),
     }
-
-    def __init__(self, cfg, variant: dict | None = None) -> None:
-        super().__init__(cfg, variant)
-        self.variant = {"C": 0.5, "aggregation": "groups", **self.variant}
 
     # ---- checks and set-up ------------------------------------------------------------------------
     def check(self, world_size: int) -> None:

@@ -36,9 +36,10 @@ from torchvision.models.resnet import BasicBlock
 from torchvision.models.swin_transformer import SwinTransformerBlock
 
 from reproductions.sdp.masks import assign
-from reproductions.sdp.method import SHARED, SubnetworkDP, _whole
+from reproductions.sdp.method import SHARED, SubnetworkDP
 from suite import models
 from suite.models.llama import Block
+from suite.params import Param
 from suite.strategy import Context
 
 DEFAULT_GROUPS = 8
@@ -196,12 +197,8 @@ class NeuronSDP(SubnetworkDP):
     name = "n-sdp"
     params = {
         **SubnetworkDP.params,
-        "groups": _whole("groups", 1, "neuron groups per layer, the components the mask is over"),
+        "groups": Param(int, DEFAULT_GROUPS, "neuron groups per layer, the components the mask is over", low=1),
     }
-
-    def __init__(self, cfg, variant: dict | None = None) -> None:
-        super().__init__(cfg, variant)
-        self.variant = {"groups": DEFAULT_GROUPS, **self.variant}
 
     def count_components(self) -> int:
         with torch.device("meta"):
