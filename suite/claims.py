@@ -16,6 +16,9 @@ The verdict itself is suite/verdicts.py. claims.yaml is a list of claims (or a m
     estimator_check: tests/test_estimate.py::test_sdp_estimate_equals_measurement   # needed with `estimated`
     calibrate: {value: 70.9e9, within: 0.05, source: Table 3, DDP's absolute peak}    # see below
     beside: [{label: smoke measurement, model: llama-tiny, variant: {C: 0.75}}]       # shown, never judged
+    # each side is an arm (DESIGN.md, Arms): method (baseline), optimizer (baseline_optimizer), variant
+    # (baseline_variant: method and optimizer parameters) and arm (baseline_arm: any other arm field, e.g.
+    # {world_size: 2, lr: 0.001}); a side that matches two arms at one setting is an error naming both
     protocol: flops              # tokens | flops | time | target, or omitted for any
     baseline_protocol: tokens    # the baseline's runs under another protocol, where they are the same runs
     seeds_needed: 1
@@ -374,7 +377,16 @@ def _calibration(e: _Entry) -> Calibration | None:
 
 
 def _beside(e: _Entry) -> tuple[Beside, ...]:
-    allowed = {"field", "model", "variant", "baseline_variant"}
+    allowed = {
+        "field",
+        "model",
+        "variant",
+        "baseline_variant",
+        "arm",
+        "baseline_arm",
+        "optimizer",
+        "baseline_optimizer",
+    }
     out = []
     for i, spec in enumerate(e.get("beside", list, [])):
         if not isinstance(spec, dict) or not isinstance(spec.get("label"), str):
@@ -401,7 +413,7 @@ def _text(value: Any) -> str | None:
 
 
 def _metric(e: _Entry, kind: str) -> dict[str, Any]:
-    from suite.verdicts import METRICS
+    from suite.verdicts import METRIC_FIELDS, METRICS
 
     spec = e.get("metric", dict)
     name = spec.get("name")
@@ -419,7 +431,16 @@ def _metric(e: _Entry, kind: str) -> dict[str, Any]:
     if missing := [p for p in required if p not in args]:
         raise e.error(f"metric.{missing[0]}", f"missing; metric {name!r} needs it")
     _check_arguments(e, "metric", args)
+    fields = METRIC_FIELDS[name]
+    if fields is not None and isinstance(args.get("field"), str) and not _known_field(args["field"], fields):
+        raise e.error(
+            "metric.field", f"{_short(args['field'])} is not a field of the records; use one of {fields} or evals.NAME"
+        )
     return dict(spec)
+
+
+def _known_field(name: str, fields: tuple[str, ...]) -> bool:
+    return name in fields or (name.startswith("evals.") and len(name) > len("evals."))
 
 
 def _check_arguments(e: _Entry, where: str, args: dict[str, Any]) -> None:
@@ -428,10 +449,26 @@ def _check_arguments(e: _Entry, where: str, args: dict[str, Any]) -> None:
     for key, value in args.items():
         if key in ("variant", "baseline_variant") and not isinstance(value, dict):
             raise e.error(f"{where}.{key}", f"expected a mapping of variant fields, found {_short(value)}")
-        if key in ("field", "method", "baseline") and not (isinstance(value, str) and value):
+        if key in ("arm", "baseline_arm"):
+            _check_arm(e, f"{where}.{key}", value)
+        if key in ("field", "method", "baseline", "optimizer", "baseline_optimizer") and not (
+            isinstance(value, str) and value
+        ):
             raise e.error(f"{where}.{key}", f"expected a name, found {_short(value)}")
         if key == "model" and not (isinstance(value, str) or _names(value)):
             raise e.error(f"{where}.model", f"expected a model name or a list of them, found {_short(value)}")
+
+
+def _check_arm(e: _Entry, where: str, value: Any) -> None:
+    """An `arm` names fields of a record's arm configuration (suite/arms.py): RunConfig's arm fields, and the
+    record's method, model, world size, data, protocol and budget."""
+    from suite.config import ARM
+
+    known = {*ARM, "world_size", "data", "protocol", "budget"} - {"nproc"}
+    if not isinstance(value, dict):
+        raise e.error(where, f"expected a mapping of arm fields, found {_short(value)}")
+    if unknown := sorted(set(value) - known, key=str):
+        raise e.error(f"{where}.{unknown[0]}", f"not an arm field; use one of {sorted(known)}")
 
 
 def _names(value: Any) -> bool:

@@ -16,87 +16,92 @@ import tempfile
 from pathlib import Path
 
 from suite.claims import ClaimsError
-from suite.config import RunConfig, apply_sets
+from suite.config import FIELDS, RunConfig, apply_sets, field_type
 from suite.errors import UsageError
 from suite.evals import add_evaluate_command
 
+ESTIMATE_WORLD = 8  # ranks an estimate stands for unless --world-size says otherwise
+ESTIMATE_RESULTS = "results/estimates"
 
-def _run_parser(sub) -> None:
-    p = sub.add_parser("run", help="one training run; prints the record's path last")
+
+def add_settings(p: argparse.ArgumentParser, verb: str) -> None:
+    """The flags of every RunConfig field that has one (suite/config.py declares them), and `--set`."""
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for name, f in FIELDS.items():
+        meta = f.metadata
+        wanted = meta["reproduce"] if verb == "reproduce" else meta["estimate"] or verb == "run"
+        if not meta["flag"] or not wanted:
+            continue
+        target = p
+        if meta["group"]:
+            target = groups.setdefault(meta["group"], p.add_argument_group(meta["group"]))
+        flag, default = meta["flag"], f.default
+        if verb == "estimate" and name == "nproc":
+            flag, default = "--world-size", ESTIMATE_WORLD
+        if verb == "estimate" and name == "results":
+            default = ESTIMATE_RESULTS
+        if field_type(name) is bool:
+            action = "store_false" if default else "store_true"
+            target.add_argument(flag, dest=name, action=action, help=meta["help"])
+            continue
+        kw = {"choices": meta["choices"], "metavar": meta["metavar"]}
+        target.add_argument(
+            flag,
+            dest=name,
+            type=field_type(name),
+            default=default,
+            help=meta["help"],
+            **{k: v for k, v in kw.items() if v is not None},
+        )
+    if verb != "reproduce":
+        p.add_argument(
+            "--set",
+            dest="sets",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="a config field (lr, micro_batch, seq_len, ...; see suite/config.py) or a method or optimizer "
+            "parameter (`run METHOD --help` lists them)",
+        )
+
+
+def _run_parser(sub, argv: list[str]) -> None:
+    p = sub.add_parser(
+        "run",
+        help="one training run; prints the record's path last",
+        epilog=parameters_help(argv),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("method", nargs="?", help="a baseline (ddp, fsdp, hsdp) or a method")
-    p.add_argument("--model", default=RunConfig.model)
-    p.add_argument("--nproc", type=int, default=RunConfig.nproc, help="workers on this machine")
-    p.add_argument("--device", choices=("cpu", "cuda"), default=RunConfig.device)
-    budget = p.add_argument_group("budget (exactly one)")
-    budget.add_argument("--tokens", type=float, help="global tokens over all workers")
-    budget.add_argument("--flops", type=float, help="model FLOPs over all workers")
-    budget.add_argument("--time", type=float, dest="time_s", help="training wall-clock seconds")
-    budget.add_argument("--target", type=float, help="validation loss to reach (stops at --max-tokens)")
-    p.add_argument("--max-tokens", type=float, default=RunConfig.max_tokens, help="token cap of a --target run")
-    p.add_argument("--seed", type=int, default=RunConfig.seed)
-    p.add_argument("--results", default=RunConfig.results)
-    p.add_argument("--ac", action="store_true", help="activation checkpointing of every block")
-    p.add_argument("--precision", default=RunConfig.precision, help="fp32 or bf16")
-    p.add_argument("--optimizer", default=RunConfig.optimizer)
-    p.add_argument("--data", help="text (embedded), fineweb, fineweb-edu, digits (embedded), cifar10, cifar100")
-    p.add_argument("--data-root", help="folder of local data files (FineWeb parquet, CIFAR)")
-    p.add_argument("--no-meters", dest="meters", action="store_false", help="turn the meters off")
-    p.add_argument("--evals", default="", help="lm-eval tasks on the final model: local (heldout_next) or hub names")
-    p.add_argument("--checkpoint", help="save the final full model here (for `python -m suite evaluate`)")
+    add_settings(p, "run")
     p.add_argument(
-        "--set",
-        dest="sets",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a config field (lr, micro_batch, seq_len, ...) or a method parameter",
+        "--resume", dest="resume_record", metavar="RECORD", help="continue an incomplete run from its newest checkpoint"
     )
-    faults = p.add_argument_group("checkpoints and faults (README: Checkpoints, resuming, faults)")
-    faults.add_argument("--checkpoint-every", type=int, default=0, metavar="STEPS", help="DCP checkpoint cadence")
-    faults.add_argument("--resume", metavar="RECORD", help="continue an incomplete run from its newest checkpoint")
-    faults.add_argument(
-        "--max-restarts", type=int, default=0, help="torchrun restarts the workers from the last checkpoint"
-    )
-    faults.add_argument(
-        "--collective-timeout",
-        type=float,
-        default=RunConfig.collective_timeout_s,
-        metavar="SECONDS",
-        help="a collective waiting longer fails the run",
-    )
-    faults.add_argument("--kill-rank", type=int, metavar="R", help="fault injection: worker R dies at --at-step")
-    faults.add_argument("--hang-rank", type=int, metavar="R", help="fault injection: worker R stops answering")
-    faults.add_argument("--at-step", type=int, dest="fault_step", metavar="S", help="the step a fault happens at")
+
+
+def parameters_help(argv: list[str]) -> str | None:
+    """`run METHOD --help` (and `--optimizer NAME`) lists the method's and optimizer's parameters."""
+    if "-h" not in argv and "--help" not in argv:
+        return None
+    from suite import optim, strategy
+    from suite.params import help_lines
+
+    words = [w for w in argv if not w.startswith("-")]
+    lines = []
+    known = strategy.methods()
+    method = next((w for w in words[1:] if w in known), None)
+    if method is not None:
+        lines += help_lines(f"method {method}", known[method].params)
+    name = argv[argv.index("--optimizer") + 1] if "--optimizer" in argv[:-1] else RunConfig.optimizer
+    if name in optim.optimizers():
+        lines += help_lines(f"optimizer {name}", optim.get_spec(name).params)
+    return "\n".join(lines) or None
 
 
 def config_from_args(args: argparse.Namespace, argv: list[str]) -> RunConfig:
-    cfg = RunConfig(
-        method=args.method,
-        model=args.model,
-        nproc=args.nproc,
-        device=args.device,
-        tokens=args.tokens,
-        flops=args.flops,
-        time_s=args.time_s,
-        target=args.target,
-        max_tokens=args.max_tokens,
-        seed=args.seed,
-        results=args.results,
-        ac=args.ac,
-        precision=args.precision,
-        optimizer=args.optimizer,
-        data=args.data,
-        data_root=args.data_root,
-        meters=args.meters,
-        evals=args.evals,
-        checkpoint=args.checkpoint,
-        checkpoint_every=args.checkpoint_every,
-        max_restarts=args.max_restarts,
-        collective_timeout_s=args.collective_timeout,
-        kill_rank=args.kill_rank,
-        hang_rank=args.hang_rank,
-        fault_step=args.fault_step,
-    )
+    """The RunConfig that a `run` or `estimate` command line gives (its flags are the fields' own names)."""
+    given = {name: getattr(args, name) for name in FIELDS if hasattr(args, name)}
+    cfg = RunConfig(**given)
     cfg.command = shlex.join(["python", "-m", "suite", *argv])
     try:
         return apply_sets(cfg, args.sets)
@@ -199,11 +204,11 @@ def resume_config(record_path: str) -> RunConfig:
 def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     from suite.launch import launch, under_torchrun
 
-    if args.resume and args.method:
+    if args.resume_record and args.method:
         raise UsageError("--resume continues a run as it was configured: give the record alone, no method or flags")
-    if not args.resume and not args.method:
+    if not args.resume_record and not args.method:
         raise UsageError("name a method: python -m suite run METHOD (or --resume RECORD)")
-    cfg = resume_config(args.resume) if args.resume else config_from_args(args, argv)
+    cfg = resume_config(args.resume_record) if args.resume_record else config_from_args(args, argv)
     if under_torchrun():
         cfg.nproc = int(os.environ["WORLD_SIZE"])
     check_config(cfg)
@@ -253,7 +258,9 @@ def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
     if not on_slurm and given(args):
         raise UsageError(f"{', '.join(given(args))}: options of --launcher slurm; add it, or drop them")
     for cfg in plan.runs:  # how the runs are kept alive; not part of what they are (config.OPERATIONAL)
-        cfg.checkpoint_every, cfg.max_restarts = args.checkpoint_every, args.max_restarts
+        for name, f in FIELDS.items():
+            if f.metadata["reproduce"]:
+                setattr(cfg, name, getattr(args, name))
     for cfg in plan.runs:
         # a cluster's nodes have the GPUs this machine (a login node) may lack
         check_config(dataclasses.replace(cfg, device="cpu") if on_slurm else cfg)
@@ -352,8 +359,7 @@ def _estimate_parser(sub) -> None:
         "estimate", help="memory, FLOPs and bytes at any world size on fake tensors; prints the record's path last"
     )
     p.add_argument("method", help="any registered method (ddp, fsdp, hsdp, b-sdp, ...)")
-    p.add_argument("--model", default=RunConfig.model)
-    p.add_argument("--world-size", type=int, default=8, help="ranks to estimate")
+    add_settings(p, "estimate")
     p.add_argument("--gpus-per-node", type=int, default=8, help="node size: group tiers, hsdp's default shard")
     p.add_argument(
         "--ranks",
@@ -361,26 +367,14 @@ def _estimate_parser(sub) -> None:
         default="auto",
         help="auto: rank 0 stands for all when sampled ranks match it; all: every rank",
     )
-    p.add_argument("--seed", type=int, default=RunConfig.seed)
-    p.add_argument("--results", default="results/estimates")
-    p.add_argument("--ac", action="store_true", help="activation checkpointing of every block")
-    p.add_argument("--precision", default=RunConfig.precision, help="fp32 or bf16")
-    p.add_argument("--optimizer", default=RunConfig.optimizer)
-    p.add_argument("--data", help="data set (default: the model's embedded one)")
-    p.add_argument(
-        "--set",
-        dest="sets",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a config field (micro_batch, seq_len, ...) or a method parameter",
-    )
     p.add_argument(
         "--measure",
         action="store_true",
         help="also run the same steps for real on --world-size local workers and print both",
     )
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="device of the --measure run")
+    p.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cpu", dest="measure_device", help="device of the --measure run"
+    )
 
 
 def cmd_estimate(args: argparse.Namespace, argv: list[str]) -> int:
@@ -390,35 +384,19 @@ def cmd_estimate(args: argparse.Namespace, argv: list[str]) -> int:
     from suite.estimate.record import format_estimate
     from suite.records import write_record
 
-    cfg = RunConfig(
-        method=args.method,
-        model=args.model,
-        nproc=args.world_size,
-        seed=args.seed,
-        results=args.results,
-        ac=args.ac,
-        precision=args.precision,
-        optimizer=args.optimizer,
-        data=args.data,
-        tokens=1.0,
-        command=shlex.join(["python", "-m", "suite", *argv]),
-    )
-    try:
-        apply_sets(cfg, args.sets)
-    except ValueError as err:
-        raise UsageError(str(err)) from None
-    if args.world_size < 1 or args.gpus_per_node < 1:
+    cfg = dataclasses.replace(config_from_args(args, argv), tokens=1.0)  # a fixed number of steps, no budget
+    if cfg.nproc < 1 or args.gpus_per_node < 1:
         raise UsageError(
-            f"--world-size and --gpus-per-node must be at least 1, got {args.world_size} and {args.gpus_per_node}"
+            f"--world-size and --gpus-per-node must be at least 1, got {cfg.nproc} and {args.gpus_per_node}"
         )
     check_config(cfg)
     if args.measure:
-        check_config(dataclasses.replace(cfg, device=args.device))
+        check_config(dataclasses.replace(cfg, device=args.measure_device))
     rec = estimate(cfg, args.gpus_per_node, args.ranks)
     path = write_record(rec, Path(args.results) / f"{rec['run_id']}.json")
     print(format_estimate(rec))
     if args.measure:
-        measured = measure_beside(rec, cfg, args.device, args.results)
+        measured = measure_beside(rec, cfg, args.measure_device, args.results)
         print(format_comparison(compare(rec, measured)))
     print(path)
     return 0
@@ -472,10 +450,10 @@ def cmd_simulate(args: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m suite", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
-    _run_parser(sub)
+    _run_parser(sub, argv or [])
     rep = sub.add_parser("reproduce", help="run a reproduction's plan, print its table, write its report")
     rep.add_argument("name", nargs="?", help="a reproduction found in reproductions/ or SUITE_REPRODUCTIONS (--list)")
     rep.add_argument("--list", action="store_true", help="name every reproduction found, with a one-line description")
@@ -491,14 +469,7 @@ def parser() -> argparse.ArgumentParser:
         help="run every item, even those whose complete record is in --results (it is replaced once the new one "
         "is complete); without it the plan resumes: such items are skipped",
     )
-    rep.add_argument(
-        "--checkpoint-every",
-        type=int,
-        default=0,
-        metavar="STEPS",
-        help="checkpoint every run; a plan run again resumes an interrupted run from its last checkpoint",
-    )
-    rep.add_argument("--max-restarts", type=int, default=0, help="torchrun restarts a failed run from its checkpoint")
+    add_settings(rep, "reproduce")  # how every run is kept alive (--checkpoint-every, --max-restarts)
     rep.add_argument(
         "--launcher",
         choices=("local", "slurm"),
@@ -545,7 +516,7 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser().parse_args(argv)
+    args = parser(argv).parse_args(argv)
     try:
         return COMMANDS[args.command](args, argv)
     except UsageError as err:

@@ -1,7 +1,19 @@
-"""The settings of one run, with every default visible here (nanoGPT style).
+"""The settings of one run: each field declared once, with its flag, help, default and kind (nanoGPT style).
 
-`--set KEY=VALUE` changes a field below when KEY names one; any other KEY is a method parameter
-(`variant`, e.g. `shard=2` for hsdp) that the method itself validates.
+Every command-line flag of `run`, `estimate` and `reproduce`, the command a record carries, the arm a record
+belongs to and the lists of operational fields are generated from these declarations (suite/cli.py reads them).
+A field's kind says what it is:
+
+- arm: part of what is compared (DESIGN.md, Arms): two runs that differ in one are different arms;
+- seed: the seed (seeds pool inside an arm);
+- record: changes no number but is part of the command (where data is read from, where the model is saved,
+  log cadence, the reproduction that records it);
+- operational: how a run is kept alive (checkpoints, restarts, timeouts, fault injection): left out of a plan's
+  command and of the arm, since a resumed run equals the uninterrupted one bit for bit;
+- output: where and under what id the record is written.
+
+`--set KEY=VALUE` changes a field that has no flag of its own; any other KEY is a parameter of the method or
+optimizer (`variant`), read by its declared suite.params.Param.
 """
 
 from __future__ import annotations
@@ -10,11 +22,11 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 PRECISIONS = ("fp32", "bf16")
-
-
 LR_DECAYS = ("constant", "cosine")
+KINDS = ("arm", "seed", "record", "operational", "output")
 
 
 def check_lr_decay(cfg: RunConfig) -> None:
@@ -32,73 +44,200 @@ def check_precision(precision: str) -> None:
         raise ValueError(f"unknown precision {precision!r}; use --precision fp32 or --precision bf16")
 
 
+def setting(
+    default: Any = None,
+    help: str = "",
+    *,
+    kind: str = "arm",
+    flag: str | None = None,
+    type: type | None = None,
+    group: str | None = None,
+    estimate: bool = True,
+    reproduce: bool = False,
+    settable: bool = True,
+    choices: tuple[str, ...] | None = None,
+    metavar: str | None = None,
+    factory: Any = None,
+) -> Any:
+    """One RunConfig field with what the command line, the record and the arm need to know of it.
+
+    flag: its own command-line flag (otherwise `--set NAME=VALUE`); type: the flag's type where the default is
+    None; group: the help section it is listed in; estimate: whether `estimate` takes it (an estimate runs a fixed
+    number of steps on fake tensors: no budget, device, meters or evaluation); reproduce: whether `reproduce`
+    passes it to every run of a plan; settable: whether `--set` may change it."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    meta = {
+        "help": help,
+        "kind": kind,
+        "flag": flag,
+        "type": type,
+        "group": group,
+        "estimate": estimate,
+        "reproduce": reproduce,
+        "settable": settable,
+        "choices": choices,
+        "metavar": metavar,
+    }
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+BUDGET = "budget (exactly one)"
+FAULTS = "checkpoints and faults (README: Checkpoints, resuming, faults)"
+
+
 @dataclass
 class RunConfig:
-    method: str = "ddp"
-    model: str = "llama-tiny"
-    nproc: int = 2
-    device: str = "cpu"
+    method: str = setting("ddp", "a baseline (ddp, fsdp, hsdp) or a method", settable=False)
+    model: str = setting("llama-tiny", "model name (suite/models)", flag="--model")
+    nproc: int = setting(2, "workers on this machine", flag="--nproc")
+    device: str = setting("cpu", "cpu (gloo) or cuda (NCCL)", flag="--device", choices=("cpu", "cuda"), estimate=False)
     # budget: exactly one of tokens / flops / time_s / target (target runs stop at max_tokens at the latest)
-    tokens: float | None = None
-    flops: float | None = None
-    time_s: float | None = None
-    target: float | None = None
-    max_tokens: float | None = 2_000_000
-    seed: int = 0
-    results: str = "results/runs"
+    tokens: float | None = setting(
+        help="global tokens over all workers", flag="--tokens", type=float, group=BUDGET, estimate=False
+    )
+    flops: float | None = setting(
+        help="model FLOPs over all workers", flag="--flops", type=float, group=BUDGET, estimate=False
+    )
+    time_s: float | None = setting(
+        help="training wall-clock seconds", flag="--time", type=float, group=BUDGET, estimate=False
+    )
+    target: float | None = setting(
+        help="validation loss to reach (stops at --max-tokens)",
+        flag="--target",
+        type=float,
+        group=BUDGET,
+        estimate=False,
+    )
+    max_tokens: float | None = setting(
+        2_000_000, "token cap of a --target run", flag="--max-tokens", type=float, estimate=False
+    )
+    seed: int = setting(0, "seed of initialisation and data order", kind="seed", flag="--seed")
+    results: str = setting("results/runs", "folder for the run record", kind="output", flag="--results", settable=False)
     # composition with any method
-    ac: bool = False
-    precision: str = "fp32"
-    optimizer: str = "adamw"
+    ac: bool = setting(False, "activation checkpointing of every block", flag="--ac")
+    precision: str = setting("fp32", "fp32 or bf16", flag="--precision")
+    optimizer: str = setting("adamw", "an optimizer (adamw, muon, dion, ...)", flag="--optimizer")
     # optimisation
-    lr: float = 3e-3
-    weight_decay: float = 0.1
-    betas: tuple[float, float] = (0.9, 0.95)
-    warmup_steps: int = 10
+    lr: float = setting(3e-3, "peak learning rate")
+    weight_decay: float = setting(0.1, "decoupled weight decay")
+    betas: tuple[float, float] = setting((0.9, 0.95), "Adam betas, as b1,b2")
+    warmup_steps: int = setting(10, "linear warmup steps")
     # constant after warmup, or cosine over the budget (fraction of tokens or FLOPs spent) down to min_lr_ratio
-    lr_decay: str = "constant"
-    min_lr_ratio: float = 0.1
-    grad_clip: float = 1.0
+    lr_decay: str = setting("constant", "constant or cosine (over the budget) after warmup")
+    min_lr_ratio: float = setting(0.1, "cosine's final learning rate over the peak")
+    grad_clip: float = setting(1.0, "gradient norm clipping")
     # batch: global batch = data-parallel replicas x micro_batch x grad_accum sequences
-    micro_batch: int = 8
-    grad_accum: int = 1
-    seq_len: int = 128
+    micro_batch: int = setting(8, "sequences per rank per micro-step")
+    grad_accum: int = setting(1, "micro-steps per optimizer step")
+    seq_len: int = setting(128, "tokens per sequence")
     # data and evaluation
-    data: str | None = None
-    data_root: str | None = None
-    eval_every: int = 50
-    eval_batches: int = 4
-    eval_batch: int = 8
-    evals: str = ""  # comma-separated lm-eval tasks run on the final model (rank 0); image runs add top1
-    eval_limit: int | None = None  # at most this many documents per lm-eval task (None: all)
-    checkpoint: str | None = None  # where to save the final full model (for `python -m suite evaluate`)
+    data: str | None = setting(
+        help="text (embedded), fineweb, fineweb-edu, digits (embedded), cifar10, cifar100", flag="--data", type=str
+    )
+    data_root: str | None = setting(
+        help="folder of local data files (FineWeb parquet, CIFAR)",
+        kind="record",
+        flag="--data-root",
+        type=str,
+        estimate=False,
+    )
+    eval_every: int = setting(50, "steps between validation evaluations")
+    eval_batches: int = setting(4, "validation batches per evaluation")
+    eval_batch: int = setting(8, "sequences per validation batch")
+    evals: str = setting(
+        "",
+        "lm-eval tasks on the final model (rank 0): local (heldout_next) or hub names; image runs add top1",
+        flag="--evals",
+        estimate=False,
+    )
+    eval_limit: int | None = setting(help="at most this many documents per lm-eval task (default: all)", type=int)
+    checkpoint: str | None = setting(
+        help="save the final full model here (for `python -m suite evaluate`)",
+        kind="record",
+        flag="--checkpoint",
+        type=str,
+        estimate=False,
+    )
     # metering, all off the clock (suite/meters/schedule.py): FLOPs on step flop_step; memory and communication
     # over one whole period of the method's pattern (Strategy.comm_period) from mem_step and comm_step, after
     # DDP's bucket rebuild on step 1
-    meters: bool = True
-    flop_step: int = 0
-    mem_step: int = 2
-    comm_step: int = 2
-    clock_warmup: int = 2
-    log_every: int = 10
+    meters: bool = setting(True, "turn the meters off", flag="--no-meters", estimate=False)
+    flop_step: int = setting(0, "the step FLOPs are counted on")
+    mem_step: int = setting(2, "the first step memory is tracked on")
+    comm_step: int = setting(2, "the first step collectives are counted on")
+    clock_warmup: int = setting(2, "steps before the clock starts")
+    log_every: int = setting(10, "steps between progress lines", kind="record")
     # checkpoints and faults (suite/checkpoint.py, README "Checkpoints, resuming, faults"): a checkpoint every
     # checkpoint_every steps (0: none); torchrun restarts the workers from the last one up to max_restarts
     # times; a collective that waits longer than collective_timeout_s fails the run instead of hanging it
-    checkpoint_every: int = 0
-    checkpoint_dir: str = "checkpoints"
-    max_restarts: int = 0
-    collective_timeout_s: float = 600.0
+    checkpoint_every: int = setting(
+        0,
+        "DCP checkpoint cadence in steps (0: none)",
+        kind="operational",
+        flag="--checkpoint-every",
+        group=FAULTS,
+        reproduce=True,
+        metavar="STEPS",
+        estimate=False,
+    )
+    checkpoint_dir: str = setting("checkpoints", "folder of the checkpoints", kind="operational", estimate=False)
+    max_restarts: int = setting(
+        0,
+        "torchrun restarts the workers from the last checkpoint",
+        kind="operational",
+        flag="--max-restarts",
+        group=FAULTS,
+        reproduce=True,
+        estimate=False,
+    )
+    collective_timeout_s: float = setting(
+        600.0,
+        "a collective waiting longer fails the run",
+        kind="operational",
+        flag="--collective-timeout",
+        group=FAULTS,
+        metavar="SECONDS",
+        estimate=False,
+    )
     # fault injection, for tests and demonstrations: worker kill_rank dies (hang_rank stops answering) as it
     # starts step fault_step, in the first attempt only
-    kill_rank: int | None = None
-    hang_rank: int | None = None
-    fault_step: int | None = None
-    resume: bool = False  # continue from the newest checkpoint (`run --resume`, torchrun's restarts)
+    kill_rank: int | None = setting(
+        help="fault injection: worker R dies at --at-step",
+        kind="operational",
+        flag="--kill-rank",
+        type=int,
+        group=FAULTS,
+        metavar="R",
+        estimate=False,
+    )
+    hang_rank: int | None = setting(
+        help="fault injection: worker R stops answering",
+        kind="operational",
+        flag="--hang-rank",
+        type=int,
+        group=FAULTS,
+        metavar="R",
+        estimate=False,
+    )
+    fault_step: int | None = setting(
+        help="the step a fault happens at",
+        kind="operational",
+        flag="--at-step",
+        type=int,
+        group=FAULTS,
+        metavar="S",
+        estimate=False,
+    )
+    # continue from the newest checkpoint (`run --resume`, torchrun's restarts)
+    resume: bool = setting(False, kind="operational", settable=False, estimate=False)
     # bookkeeping
-    reproduction: str = "harness"
-    variant: dict = field(default_factory=dict)
-    run_id: str | None = None
-    command: str = ""
+    reproduction: str = setting("harness", "the reproduction that records the run (plans set it)", kind="record")
+    variant: dict = setting(help="method and optimizer parameters", settable=False, factory=dict)
+    run_id: str | None = setting(kind="output", settable=False)
+    command: str = setting("", kind="output", settable=False)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -116,20 +255,44 @@ class RunConfig:
 FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
 
 
-def _parse(text: str, like: object):
-    if isinstance(like, bool):
+def kind_of(name: str) -> str:
+    return FIELDS[name].metadata["kind"]
+
+
+def names(kind: str) -> tuple[str, ...]:
+    """The fields of one kind, in declaration order."""
+    return tuple(n for n in FIELDS if kind_of(n) == kind)
+
+
+def field_type(name: str) -> type:
+    """The type a field's text is read as: its declared `type`, or its default's."""
+    f = FIELDS[name]
+    if f.metadata["type"] is not None:
+        return f.metadata["type"]
+    default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+    return type(default)
+
+
+def _parse(text: str, kind: type):
+    if kind is bool:
         if text.lower() not in ("true", "false", "1", "0"):
             raise ValueError(f"expected true or false, got {text!r}")
         return text.lower() in ("true", "1")
-    if isinstance(like, int):
-        return int(float(text)) if float(text).is_integer() else int(text)
-    if isinstance(like, float) or like is None:
+    if kind is int:
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"expected a whole number, got {text!r}") from None
+    if kind is float:
         try:
             return float(text)
         except ValueError:
-            return text
-    if isinstance(like, tuple):
-        return tuple(float(x) for x in text.split(","))
+            raise ValueError(f"expected a number, got {text!r}") from None
+    if kind is tuple:
+        try:
+            return tuple(float(x) for x in text.split(","))
+        except ValueError:
+            raise ValueError(f"expected numbers separated by commas, got {text!r}") from None
     return text
 
 
@@ -140,71 +303,25 @@ def apply_sets(cfg: RunConfig, pairs: list[str]) -> RunConfig:
         if not sep or not key:
             raise ValueError(f"--set takes KEY=VALUE, got {pair!r}")
         key = key.replace("-", "_")
-        if key in FIELDS and key not in ("variant", "command", "run_id", "resume"):
+        if key in FIELDS and FIELDS[key].metadata["settable"]:
             try:
-                setattr(cfg, key, _parse(value, getattr(cfg, key)))
+                setattr(cfg, key, _parse(value, field_type(key)))
             except ValueError as err:
                 raise ValueError(f"--set {key}: {err}") from None
+        elif key in FIELDS:
+            raise ValueError(f"--set {key}: not a setting; {FIELDS[key].metadata['help'] or 'set by the suite'}")
         else:
             cfg.variant[key] = value  # the declared Param of the method or optimizer reads it (suite.params)
     return cfg
 
 
-# RunConfig fields that `python -m suite run` takes as flags of their own; every other field is `--set`
-_FLAGS = {
-    "model": "--model",
-    "nproc": "--nproc",
-    "device": "--device",
-    "tokens": "--tokens",
-    "flops": "--flops",
-    "time_s": "--time",
-    "target": "--target",
-    "max_tokens": "--max-tokens",
-    "seed": "--seed",
-    "ac": "--ac",
-    "precision": "--precision",
-    "optimizer": "--optimizer",
-    "data": "--data",
-    "data_root": "--data-root",
-    "meters": "--no-meters",
-    "evals": "--evals",
-    "checkpoint": "--checkpoint",
-}
-_NOT_SETTINGS = ("method", "results", "variant", "run_id", "command")
 # How a run is kept alive, not what it computes (a resumed run equals the uninterrupted one bit for bit):
 # left out of a plan's command, so that a plan run with checkpoints matches the records of one run without
-OPERATIONAL = (
-    "checkpoint_every",
-    "checkpoint_dir",
-    "max_restarts",
-    "collective_timeout_s",
-    "kill_rank",
-    "hang_rank",
-    "fault_step",
-    "resume",
-)
-# their flags on `python -m suite run`'s command line (each takes a value)
-OPERATIONAL_FLAGS = (
-    "--checkpoint-every",
-    "--max-restarts",
-    "--collective-timeout",
-    "--kill-rank",
-    "--hang-rank",
-    "--at-step",
-)
-# an estimate runs a fixed number of steps on fake tensors: no budget, device, meters switch or evaluation
-_NOT_ESTIMATE = (
-    "device",
-    "tokens",
-    "flops",
-    "time_s",
-    "target",
-    "max_tokens",
-    "meters",
-    "evals",
-    "checkpoint",
-    "data_root",
-)
+OPERATIONAL = names("operational")
+OPERATIONAL_FLAGS = tuple(FIELDS[n].metadata["flag"] for n in OPERATIONAL if FIELDS[n].metadata["flag"])
+# what a record's settings do not compare on: where the record went, under what id, and the method's own fields
+NOT_SETTINGS = ("method", "variant", *names("output"))
+ARM = tuple(n for n in names("arm") if n not in ("method", "variant"))  # with method and variant, the arm
 
 
 def _flag_value(value: object) -> str:
@@ -224,17 +341,21 @@ def command_line(cfg: RunConfig, verb: str = "run") -> str:
     """
     if verb not in ("run", "estimate"):
         raise ValueError(f"verb must be run or estimate, got {verb!r}")
-    default, skip = RunConfig(), _NOT_SETTINGS + OPERATIONAL + (_NOT_ESTIMATE if verb == "estimate" else ())
-    world_flag = "--world-size" if verb == "estimate" else "--nproc"
+    default = RunConfig()
     parts = ["python", "-m", "suite", verb, cfg.method]
-    for name in FIELDS:
-        value = getattr(cfg, name)
-        if name in skip or (value == getattr(default, name) and name not in ("model", "nproc")):
+    for name, f in FIELDS.items():
+        meta, value = f.metadata, getattr(cfg, name)
+        if name in NOT_SETTINGS or meta["kind"] == "operational" or (verb == "estimate" and not meta["estimate"]):
             continue
-        if name in ("ac", "meters"):
-            parts += [_FLAGS[name]] if value != getattr(default, name) else []
-        elif name in _FLAGS:
-            parts += [world_flag if name == "nproc" else _FLAGS[name], _flag_value(value)]
+        if value == getattr(default, name) and name not in ("model", "nproc"):
+            continue
+        flag = meta["flag"]
+        if verb == "estimate" and name == "nproc":
+            flag = "--world-size"
+        if isinstance(value, bool) and flag:
+            parts.append(flag)  # a switch: present when it differs from its default
+        elif flag:
+            parts += [flag, _flag_value(value)]
         else:
             parts += ["--set", f"{name}={_flag_value(value)}"]
     parts += [arg for k, v in cfg.variant.items() for arg in ("--set", f"{k}={_flag_value(v)}")]

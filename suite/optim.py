@@ -59,7 +59,9 @@ def split_variant(cfg: RunConfig) -> tuple[dict, dict]:
     """(method parameters, optimizer parameters) of cfg.variant: the optimizer's own keys go to it, parsed."""
     spec = get_spec(cfg.optimizer)
     method = {k: v for k, v in cfg.variant.items() if k not in spec.params}
-    given = parse_params(f"optimizer {spec.name}", spec.params, {k: v for k, v in cfg.variant.items() if k in spec.params})
+    given = parse_params(
+        f"optimizer {spec.name}", spec.params, {k: v for k, v in cfg.variant.items() if k in spec.params}
+    )
     return method, {k: p.default for k, p in spec.params.items() if p.default is not None} | given
 
 

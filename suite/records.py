@@ -14,6 +14,7 @@ from typing import Any
 
 import jsonschema
 
+from suite.arms import arm_of
 from suite.atomic import atomic_write, is_temporary
 
 __all__ = ["atomic_write"]  # re-exported: the record's writer, which other writers used before suite.atomic
@@ -81,7 +82,9 @@ def _constant(name: str) -> None:
 
 
 def write_record(record: dict, path: str | Path) -> Path:
-    """Validate, then write atomically: a reader never sees half a record."""
+    """Validate, then write atomically: a reader never sees half a record. The record's arm is (re)computed here,
+    from its final configuration."""
+    record["arm"] = arm_of({**record, "arm": None})
     validate(record)
     return atomic_write(path, lambda f: json.dump(record, f, indent=1, sort_keys=False, allow_nan=False))
 
@@ -131,13 +134,14 @@ def load_records(folder: str | Path) -> tuple[list[dict], list[tuple[str, str]]]
 
 
 def summary_row(rec: dict) -> dict[str, Any]:
-    """One flat row per record: the fields comparisons are cut on."""
+    """One flat row per record: the fields comparisons are cut on (SUMMARY_FIELDS)."""
     mem = rec["memory"]["per_rank"]
     comm_steps = rec["comm"].get("steps") or 0
     comm_bytes = sum(op["bytes"] for r in rec["comm"]["per_rank"] for op in r["ops"])
     wire_bytes = sum(op.get("wire_bytes") or 0 for r in rec["comm"]["per_rank"] for op in r["ops"])
     n_ranks = max(len(rec["comm"]["per_rank"]), 1)
     last = rec["curve"][-1] if rec["curve"] else {}
+    arm = arm_of(rec)
     return {
         "run_id": rec["run_id"],
         "status": rec["status"],
@@ -145,6 +149,9 @@ def summary_row(rec: dict) -> dict[str, Any]:
         "method": rec["method"],
         "baseline": rec["baseline"],
         "variant": json.dumps(rec["variant"], sort_keys=True),
+        "arm": arm["key"],
+        "arm_label": arm["label"],
+        "arm_config": json.dumps(arm["config"], sort_keys=True),
         "model": rec["model"]["name"],
         "params": rec["model"]["params"],
         "world_size": rec["parallel"]["world_size"],
@@ -169,6 +176,15 @@ def summary_row(rec: dict) -> dict[str, Any]:
         "final_val_loss": next((p["val_loss"] for p in reversed(rec["curve"]) if p["val_loss"] is not None), None),
         "path": rec.get("_path"),
     }
+
+
+# the columns of summary_row, which claims' metric fields name (claims.yaml is checked against them at load)
+SUMMARY_FIELDS = (
+    "run_id", "status", "reproduction", "method", "baseline", "variant", "arm", "arm_label", "arm_config", "model",
+    "params", "world_size", "seed", "device", "provenance", "protocol", "steps", "tokens", "flops", "wall_s",
+    "tokens_per_s", "optimizer_s_median", "peak_bytes_max", "state_bytes_max", "comm_bytes_per_rank_step",
+    "comm_wire_bytes_per_rank_step", "final_train_loss", "final_val_loss", "path",
+)  # fmt: skip
 
 
 def to_dataframe(records: list[dict]):

@@ -52,7 +52,7 @@ MB = 1e6
 _FOLDER_FLAGS = ("--results", "--write")
 # what a plan's command does not carry as a setting is not compared: where the record went, its id, and how
 # the run was kept alive (checkpoints, restarts, resumption: suite.config.OPERATIONAL)
-_NOT_COMPARED = (*config._NOT_SETTINGS, *config.OPERATIONAL)
+_NOT_COMPARED = (*config.NOT_SETTINGS, *config.OPERATIONAL)
 
 
 class Interrupted(Exception):

@@ -160,9 +160,14 @@ class Worker:
         rec = self.record
         rec["baseline"] = self.strategy.baseline
         # composition options are part of the arm: ddp and ddp+ac are different arms of a comparison
-        rec["variant"] = {**self.strategy.variant, "ac": cfg.ac, "precision": cfg.precision}
-        if cfg.optimizer != "adamw":  # the baseline optimizer; any other makes a different arm
-            rec["variant"].update({"optimizer": cfg.optimizer, **self.optimizer_params})
+        # and so is the optimizer with its parameters (declared defaults filled in: suite.params)
+        rec["variant"] = {
+            **self.strategy.variant,
+            "ac": cfg.ac,
+            "precision": cfg.precision,
+            "optimizer": cfg.optimizer,
+            **self.optimizer_params,
+        }
         rec["model"] = {
             "name": cfg.model,
             "params": full_params[0] if full_params else 0,

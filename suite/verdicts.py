@@ -27,7 +27,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from suite.arms import differences
 from suite.claims import Claim, ClaimsError
+from suite.records import SUMMARY_FIELDS
 
 ALPHA = 0.05
 VERDICTS = ("reproduced", "exceeded", "fell short", "inconclusive", "not testable here", "measured, no paper value")
@@ -93,32 +95,71 @@ class Samples:
     rows: pd.DataFrame
     settings: tuple[str, ...] = ()  # the setting of each value
     baseline: np.ndarray | None = None
+    baseline_rows: pd.DataFrame | None = None  # the baseline side's runs (the plateau reads them)
 
 
 METRICS: dict[str, Callable[..., Samples]] = {}
 
 
-def metric(name: str) -> Callable:
+# the fields a metric's rows carry: a claim's `field` must name one (or `evals.NAME`), checked when it is loaded
+FRAME_FIELDS = (*SUMMARY_FIELDS, "evidence", "device_name", "inter_node", "setting", "val_change_last_fifth")
+# what names one side of a comparison (DESIGN.md, Arms): with `model`, a claim's metric names each side by these
+SIDE = ("method", "optimizer", "variant", "arm")
+
+
+def metric(name: str, fields: tuple[str, ...] | None = FRAME_FIELDS) -> Callable:
+    """Register a metric; `fields` are the record fields its claims may name (None: any, the metric checks)."""
+
     def register(fn: Callable[..., Samples]) -> Callable[..., Samples]:
         METRICS[name] = fn
+        METRIC_FIELDS[name] = fields
         return fn
 
     return register
 
 
-def _arm(df: pd.DataFrame, method: str, variant: dict | None, model: str | list[str] | None) -> pd.DataFrame:
-    """The runs of one arm; `model` is one model or the list of scales a card applies to."""
+METRIC_FIELDS: dict[str, tuple[str, ...] | None] = {}
+
+
+def _arm(
+    df: pd.DataFrame,
+    method: str,
+    variant: dict | None,
+    model: str | list[str] | None,
+    optimizer: str | None = None,
+    arm: dict | None = None,
+) -> pd.DataFrame:
+    """The runs of one side of a claim: its method, optimizer, method or optimizer parameters (`variant`) and any
+    other arm fields (`arm`, e.g. {world_size: 2, lr: 0.001}); `model` is one model or the list of scales a card
+    applies to. Within one setting (a calibration sweep's point) the side must be one arm: see one_arm."""
     rows = df[df["method"] == method]
     if model is not None:
         rows = rows[rows["model"].isin([model] if isinstance(model, str) else model)]
+    wanted = {**(arm or {}), **({"optimizer": optimizer} if optimizer else {})}
     if variant:
-        rows = rows[rows["variant"].map(lambda v: _variant_matches(v, variant)).astype(bool)]
+        rows = rows[rows["variant"].map(lambda v: _matches(v, variant)).astype(bool)]
+    if wanted:
+        rows = rows[rows["arm_config"].map(lambda c: _matches(c, wanted)).astype(bool)]
     return rows
 
 
-def _variant_matches(variant_json: str, wanted: dict) -> bool:
-    variant = json.loads(variant_json)
-    return all(variant.get(k) == v for k, v in wanted.items())
+def _matches(text: str, wanted: dict) -> bool:
+    given = json.loads(text)
+    return all(given.get(k) == v for k, v in wanted.items())
+
+
+def one_arm(rows: pd.DataFrame, side: str) -> None:
+    """A side that matches two arms at one setting would pool their runs as seeds: a ClaimsError naming both."""
+    for setting, group in rows.groupby("setting"):
+        keys = list(dict.fromkeys(group["arm"]))
+        if len(keys) > 1:
+            first, second = (json.loads(group[group["arm"] == k]["arm_config"].iloc[0]) for k in keys[:2])
+            labels = [group[group["arm"] == k]["arm_label"].iloc[0] for k in keys[:2]]
+            raise ClaimsError(
+                f"{side} matches {len(keys)} arms at {setting}: {labels[0]!r} and {labels[1]!r}, which differ in "
+                f"{'; '.join(differences(first, second))}; name the side fully in claims.yaml (metric "
+                f"{', '.join(SIDE)})"
+            )
 
 
 def _per_seed(rows: pd.DataFrame, field_name: str) -> pd.Series:
@@ -148,25 +189,44 @@ def ratio(
     variant: dict | None = None,
     baseline_variant: dict | None = None,
     model: str | list[str] | None = None,
+    optimizer: str | None = None,
+    baseline_optimizer: str | None = None,
+    arm: dict | None = None,
+    baseline_arm: dict | None = None,
 ) -> Samples:
     """method / baseline of `field`, paired by seed and setting (a seed fixes initialisation and data order)."""
-    mine = _arm(df, method, variant, model)
-    theirs = _arm(df, baseline, baseline_variant, model)
+    mine = _arm(df, method, variant, model, optimizer, arm)
+    theirs = _arm(df, baseline, baseline_variant, model, baseline_optimizer, baseline_arm)
+    one_arm(mine, "the method's side"), one_arm(theirs, "the baseline's side")
     a, b = _per_seed(mine, field), _per_seed(theirs, field)
     keys = a.index.intersection(b.index)
     ratios = a[keys] / b[keys]
     ratios = ratios[np.isfinite(ratios.to_numpy(dtype=float))]  # e.g. wall time 0 in an estimate
     both = pd.concat([mine, theirs])
     used = both[pd.MultiIndex.from_arrays([both["seed"], both["setting"]]).isin(ratios.index)]
-    return Samples(ratios.to_numpy(dtype=float), used, _settings(ratios), b[ratios.index].to_numpy(float))
+    return Samples(
+        ratios.to_numpy(dtype=float), used, _settings(ratios), b[ratios.index].to_numpy(float), _used(theirs, ratios)
+    )
+
+
+def _used(rows: pd.DataFrame, samples: pd.Series) -> pd.DataFrame:
+    """The runs behind `samples` (indexed by seed and setting)."""
+    return rows[pd.MultiIndex.from_arrays([rows["seed"], rows["setting"]]).isin(samples.index)]
 
 
 @metric("value")
 def value(
-    df: pd.DataFrame, field: str, method: str, variant: dict | None = None, model: str | list[str] | None = None
+    df: pd.DataFrame,
+    field: str,
+    method: str,
+    variant: dict | None = None,
+    model: str | list[str] | None = None,
+    optimizer: str | None = None,
+    arm: dict | None = None,
 ) -> Samples:
     """`field` of one arm, per seed."""
-    rows = _arm(df, method, variant, model)
+    rows = _arm(df, method, variant, model, optimizer, arm)
+    one_arm(rows, "the claim's side")
     a = _per_seed(rows, field)
     return Samples(a.to_numpy(dtype=float), rows, _settings(a))
 
@@ -180,12 +240,19 @@ def quality(
     variant: dict | None = None,
     baseline_variant: dict | None = None,
     model: str | list[str] | None = None,
+    optimizer: str | None = None,
+    baseline_optimizer: str | None = None,
+    arm: dict | None = None,
+    baseline_arm: dict | None = None,
 ) -> Samples:
     """`field` of the method's seeds and of the baseline's seeds, unpaired (compared by Welch's tests)."""
-    mine = _arm(df, method, variant, model)
-    theirs = _arm(df, baseline, baseline_variant, model)
+    mine = _arm(df, method, variant, model, optimizer, arm)
+    theirs = _arm(df, baseline, baseline_variant, model, baseline_optimizer, baseline_arm)
+    one_arm(mine, "the method's side"), one_arm(theirs, "the baseline's side")
     a, b = _per_seed(mine, field), _per_seed(theirs, field)
-    return Samples(a.to_numpy(dtype=float), pd.concat([mine, theirs]), _settings(a), b.to_numpy(dtype=float))
+    return Samples(
+        a.to_numpy(dtype=float), pd.concat([mine, theirs]), _settings(a), b.to_numpy(dtype=float), _used(theirs, b)
+    )
 
 
 @dataclass(frozen=True)
@@ -350,9 +417,30 @@ def _selected(claim: Claim, df: pd.DataFrame) -> pd.DataFrame:
     if claim.protocol:
         wanted = rows["protocol"] == claim.protocol
         if claim.baseline_protocol:
-            base = rows["method"] == claim.metric.get("baseline")
+            base = rows.index.isin(_baseline_side(claim, rows).index)
             wanted = (wanted & ~base) | (base & (rows["protocol"] == claim.baseline_protocol))
         rows = rows[wanted]
+    return rows
+
+
+def _baseline_side(claim: Claim, rows: pd.DataFrame) -> pd.DataFrame:
+    """The runs the claim's baseline side names (its method, optimizer, variant and arm fields)."""
+    m = claim.metric
+    return _arm(
+        rows,
+        m["baseline"],
+        m.get("baseline_variant"),
+        m.get("model"),
+        m.get("baseline_optimizer"),
+        m.get("baseline_arm"),
+    )
+
+
+def _measured_candidates(claim: Claim, rows: pd.DataFrame) -> pd.DataFrame:
+    """Measured runs on hardware that meets the claim's requirements (the only measured runs that may decide it,
+    or be shown beside it)."""
+    for requirement in claim.requires:
+        rows = rows[_requirement_mask(requirement, rows)]
     return rows
 
 
@@ -368,10 +456,7 @@ def _decisive(claim: Claim, rows: pd.DataFrame, allow_measured: bool) -> tuple[S
         return None, None
     labels = []
     if allow_measured:
-        measured = rows
-        for requirement in claim.requires:
-            measured = measured[_requirement_mask(requirement, measured)]
-        labels += [(label, measured) for label in EVIDENCE[:2]]
+        labels += [(label, _measured_candidates(claim, rows)) for label in EVIDENCE[:2]]
     if "estimated" in claim.evidence:
         labels.append(("estimated", rows))
     for label, candidates in labels:
@@ -383,9 +468,14 @@ def _decisive(claim: Claim, rows: pd.DataFrame, allow_measured: bool) -> tuple[S
 
 def _beside(claim: Claim, rows: pd.DataFrame) -> list[Shown]:
     out = []
+    if "evidence" not in rows.columns:
+        return []
+    candidates = {
+        label: _measured_candidates(claim, rows) if label.startswith("measured") else rows for label in EVIDENCE
+    }
     for extra in claim.beside:
         for label in EVIDENCE:
-            if "evidence" in rows.columns and len((s := _samples_of(claim, rows, label, extra.overrides)).values):
+            if len((s := _samples_of(claim, candidates[label], label, extra.overrides)).values):
                 out.append(Shown(extra.label, float(np.mean(s.values)), label, tuple(s.rows["run_id"])))
                 break
     return out
@@ -405,7 +495,7 @@ def _sweep(claim: Claim, rows: pd.DataFrame, label: str) -> tuple[tuple[str, flo
     if claim.calibrate is None:
         return ()
     m, cal = claim.metric, claim.calibrate
-    base = _arm(rows[rows["evidence"] == label], m["baseline"], m.get("baseline_variant"), m.get("model"))
+    base = _baseline_side(claim, rows[rows["evidence"] == label])
     values = _per_seed(base, m["field"]).groupby(level="setting").mean()
     return tuple((s, float(b), abs(b / cal.value - 1) <= cal.within) for s, b in values.items())
 
@@ -501,8 +591,7 @@ def _too_short(claim: Claim, samples: Samples) -> str:
     """Why the quality runs are too short to judge, or '' when the baseline's loss has flattened."""
     if claim.plateau is None:
         return ""
-    base = samples.rows[samples.rows["method"] == claim.metric["baseline"]]
-    changes = base["val_change_last_fifth"].astype(float)
+    changes = samples.baseline_rows["val_change_last_fifth"].astype(float)
     if changes.isna().any():
         return "runs too short: the baseline has no evaluation in the last fifth of its steps to show a plateau"
     worst = float(changes.max())

@@ -112,7 +112,7 @@ def test_errors_name_the_fix():
         Dion([{"params": [], "algorithm": "dion"}, {"params": [nn.Parameter(torch.zeros(2, 2))]}])
     with pytest.raises(ValueError, match="not a matrix.*algorithm='adamw'"):
         Dion([nn.Parameter(torch.zeros(4, 4)), nn.Parameter(torch.zeros(4))])
-    with pytest.raises(ValueError, match="optimizer dion: dion: rank_fraction"):
+    with pytest.raises(ValueError, match="optimizer dion: rank_fraction must be a number in \\(0, 1\\]"):
         split_variant(RunConfig(optimizer="dion", variant={"rank_fraction": "2"}))
     assert DION.params["rank_fraction"]("0.25") == 0.25
 

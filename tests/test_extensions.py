@@ -97,7 +97,7 @@ TOY = textwrap.dedent(
         name="toy",
         description="a throwaway reproduction",
         methods=(ToyDDP,),
-        optimizers=(OptimizerSpec("toy-sgd", build_sgd, "SGD with momentum", {"toy_lr": Param(float, None, "its learning rate", low=0)}),),
+        optimizers=(OptimizerSpec("toy-sgd", build_sgd, "SGD with momentum", {"toy_lr": Param(float, None, "lr")}),),
         meters=(NormMeter,),
         plan=plan,
         claims=Path(__file__).with_name("claims.yaml"),

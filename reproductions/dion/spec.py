@@ -42,6 +42,8 @@ DION = OptimizerSpec(
     params={
         "rank_fraction": Param(float, 1.0, "rank r over min(m, n) of each matrix", low=0, high=1, low_open=True),
         "mu": Param(float, 0.95, "momentum (error feedback)", low=0, high=1, high_open=True),
-        "scalar_lr": Param(float, None, "learning rate of the AdamW part (default: the run's lr)", low=0, low_open=True),
+        "scalar_lr": Param(
+            float, None, "learning rate of the AdamW part (default: the run's lr)", low=0, low_open=True
+        ),
     },
 )

@@ -45,7 +45,7 @@ def _label(variant: dict | None) -> str:
     return " ".join(f"{k}={v}" for k, v in sorted((variant or {}).items()))
 
 
-@metric("micro")
+@metric("micro", fields=None)  # fields of the microbenchmark rows, which vary by item
 def micro(df: pd.DataFrame, method: str, field: str, variant: dict | None = None, over: dict | None = None) -> Samples:
     """`field` of the rows of item `method` that match `variant`; with `over`, divided by `field` of the row that
     has the same shape but for `over`'s keys (e.g. variant {backend: math}, over {backend: flash})."""
@@ -62,7 +62,7 @@ def micro(df: pd.DataFrame, method: str, field: str, variant: dict | None = None
     return Samples(np.array(values, dtype=float), used, tuple(settings))
 
 
-@metric("micro-slope")
+@metric("micro-slope", fields=None)
 def micro_slope(df: pd.DataFrame, method: str, field: str, x: str, variant: dict | None = None) -> Samples:
     """The least-squares slope of log `field` against log `x` over the rows of item `method` matching `variant`."""
     rows, used = _item_rows(df, method)

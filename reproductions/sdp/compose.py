@@ -57,7 +57,9 @@ class ComposedBlockSDP(BlockSDP):
 
     params = {
         **BlockSDP.params,
-        "fsdp": Param(str, "none", "none; holders: each block sharded over its holders; worker: workers of G ranks", READINGS),
+        "fsdp": Param(
+            str, "none", "none; holders: each block sharded over its holders; worker: workers of G ranks", READINGS
+        ),
         "G": Param(int, None, "devices per SDP worker, with fsdp=worker (default 1)", low=1),
     }
 
