@@ -51,6 +51,8 @@ class Reproduction:
     claims: Path | None = None
     pairs: tuple[Any, ...] = ()
     report: Callable[[Path, Path], Path] | None = None
+    # the presets its plan takes; a plan may add its own (longer CPU work, e.g. sdp's `quality`)
+    presets: tuple[str, ...] = ("smoke", "gpu", "paper")
     module: str = field(default="", compare=False)
 
 

@@ -11,12 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from suite.config import RunConfig
+from suite.config import RunConfig, command_line
 from suite.extensions import get_reproduction
 from suite.micro import Microbench
-
-# Every plan has these; a plan may add named presets of its own (longer CPU work, e.g. sdp's `quality`).
-PRESETS = ("smoke", "gpu", "paper")
 
 
 @dataclass
@@ -35,7 +32,10 @@ class Estimate:
 
 @dataclass
 class Plan:
-    name: str
+    """A preset's runs, estimates and microbenchmark items. The reproduction's name, each run's `reproduction`
+    (where the plan leaves it at the default) and each run's command are filled in by load_plan from the
+    declaration, so a reproduction writes its name once."""
+
     preset: str
     runs: list[RunConfig]
     protocol: str
@@ -43,6 +43,7 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     estimates: list[Estimate] = field(default_factory=list)
     micro: list[Microbench] = field(default_factory=list)  # microbenchmark items (suite/micro.py)
+    name: str = ""
 
 
 def load_plan(name: str, preset: str) -> Plan:
@@ -50,11 +51,16 @@ def load_plan(name: str, preset: str) -> Plan:
     rep = get_reproduction(name)
     if rep.plan is None:
         raise ValueError(f"reproduction {name!r} declares no plan")
-    try:
-        plan = rep.plan(preset)
-    except KeyError:
-        known = ", ".join(PRESETS)
-        raise ValueError(f"reproduction {name!r} has no preset {preset!r}; every plan has {known}") from None
+    if preset not in rep.presets:
+        raise ValueError(f"reproduction {name!r} has no preset {preset!r}; its presets: {', '.join(rep.presets)}")
+    plan = rep.plan(preset)
+    plan.name = rep.name
     if plan.claims is None:
         plan.claims = rep.claims
+    default = RunConfig.reproduction
+    for cfg in [*plan.runs, *(e.cfg for e in plan.estimates)]:
+        if cfg.reproduction == default:  # a plan may file some runs elsewhere (dion's learning-rate sweep)
+            cfg.reproduction = rep.name
+    for cfg in plan.runs:
+        cfg.command = command_line(cfg)
     return plan

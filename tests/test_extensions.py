@@ -84,7 +84,7 @@ TOY = textwrap.dedent(
         for cfg in runs:
             cfg.command = command_line(cfg)
         items = [Microbench("matmul", "toy_repro:matmul", [{"n": 32}, {"n": 64}], repeat=3)]
-        return Plan("toy", preset, runs, protocol="equal tokens", micro=items)
+        return Plan(preset, runs, protocol="equal tokens", micro=items)
 
 
     def own_page(results, report):

@@ -58,7 +58,7 @@ def _plan(shapes=({"n": 8},)) -> Plan:
         RunConfig(method=m, nproc=2, tokens=1000, seed=s, reproduction="demo") for m, s in (("ddp", 0), ("fsdp", 1))
     ]
     item = Microbench("matmul", "tests.tiny_plan:matmul", [dict(s) for s in shapes], warmup=0, repeat=1)
-    return Plan("demo", "smoke", runs, protocol="equal tokens", micro=[item])
+    return Plan("smoke", runs, protocol="equal tokens", micro=[item], name="demo")
 
 
 def _by_method(folder: Path) -> dict[str, list[dict]]:
@@ -163,7 +163,9 @@ def test_two_complete_records_of_one_configuration_are_reported(launched, tmp_pa
 @pytest.mark.slow
 def test_an_estimate_and_its_projections_resume(tmp_path, capsys):
     cfg = RunConfig(method="ddp", model="llama-tiny", nproc=1, micro_batch=2, seq_len=32, reproduction="demo")
-    plan = Plan("demo", "smoke", [], protocol="none", estimates=[Estimate(cfg, gpus_per_node=1, topologies=(A100,))])
+    plan = Plan(
+        "smoke", [], protocol="none", estimates=[Estimate(cfg, gpus_per_node=1, topologies=(A100,))], name="demo"
+    )
     estimated, simulated = reproduce.run_plan(plan, tmp_path)
     Path(simulated["_path"]).unlink()
     capsys.readouterr()

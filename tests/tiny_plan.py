@@ -64,7 +64,7 @@ def plan(preset: str) -> Plan:
         "killed": [_killed()],
     }[preset]
     micro = [item] if preset in ("smoke", "slurm") else []
-    return Plan("test-plan", preset, runs, protocol="equal tokens", micro=micro)
+    return Plan(preset, runs, protocol="equal tokens", micro=micro)
 
 
 REPRODUCTION = Reproduction(

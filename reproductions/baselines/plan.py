@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from suite.config import RunConfig, command_line
+from suite.config import RunConfig
 from suite.plans import Plan
 
 SMOKE = dict(model="llama-tiny", device="cpu", tokens=81_920, seq_len=128, eval_every=10)
@@ -38,33 +38,22 @@ def native_bf16_cpu() -> bool:
 def _smoke() -> list[RunConfig]:
     arms = [a for a in ARMS if native_bf16_cpu() or a[2].get("precision") != "bf16"]
     return [
-        RunConfig(
-            method=m, nproc=n, reproduction="baselines", **{**SMOKE, "micro_batch": GLOBAL_SEQUENCES // n}, **extra
-        )
-        for m, n, extra in arms
+        RunConfig(method=m, nproc=n, **{**SMOKE, "micro_batch": GLOBAL_SEQUENCES // n}, **extra) for m, n, extra in arms
     ]
 
 
 def _gpu(gpus: int) -> list[RunConfig]:
     """Every arm on all GPUs (same global batch); HSDP needs at least 4 to have 2 x 2."""
-    return [
-        RunConfig(method=m, nproc=gpus, reproduction="baselines", **GPU, **extra)
-        for m, _, extra in ARMS
-        if m != "hsdp" or gpus >= 4
-    ]
+    return [RunConfig(method=m, nproc=gpus, **GPU, **extra) for m, _, extra in ARMS if m != "hsdp" or gpus >= 4]
 
 
 def plan(preset: str) -> Plan:
     if preset == "smoke":
         runs = _smoke()
-    elif preset == "gpu":
+    else:
         import torch
 
         runs = _gpu(max(torch.cuda.device_count(), 1))
-    else:
-        raise ValueError("the baselines comparison has no paper preset; use --preset smoke or --preset gpu")
-    for cfg in runs:
-        cfg.command = command_line(cfg)
     notes = (
         []
         if preset != "smoke" or native_bf16_cpu()
@@ -73,4 +62,4 @@ def plan(preset: str) -> Plan:
             "emulation; the tests still run bf16 for bytes and loss, and the gpu preset includes it"
         ]
     )
-    return Plan("baselines", preset, runs, protocol="equal tokens, same global batch and seed", notes=notes)
+    return Plan(preset, runs, protocol="equal tokens, same global batch and seed", notes=notes)

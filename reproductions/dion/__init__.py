@@ -5,10 +5,13 @@ README.md here describes the method, the plan and what is not testable on this m
 
 from pathlib import Path
 
+from reproductions.dion.dion import Dion
 from reproductions.dion.plan import plan
 from reproductions.dion.spec import DION
 from suite.extensions import Reproduction
 from suite.pairs import Config, Pair
+
+__all__ = ["REPRODUCTION", "Dion"]  # the optimizer class, importable as reproductions.dion.Dion
 
 _ADAMW = Config("ddp")
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from reproductions.dion.micro import OPTIMIZERS
-from suite.config import RunConfig, command_line
+from suite.config import RunConfig
 from suite.meters.flops import FlopMeter
 from suite.micro import Microbench
 from suite.models import build_model
@@ -158,11 +158,7 @@ def plan(preset: str) -> Plan:
             "the dion paper preset (3B models to a target loss on GPUs) is not in reach of this suite's models; "
             "use --preset smoke or --preset gpu"
         )
-    for cfg in runs:
-        cfg.reproduction = SWEEP if cfg.reproduction == SWEEP else "dion"
-        cfg.command = command_line(cfg)
     return Plan(
-        "dion",
         preset,
         runs,
         protocol="cost runs: equal tokens; quality runs: equal model FLOPs (= equal tokens, one model), learning "

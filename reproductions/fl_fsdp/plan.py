@@ -26,10 +26,9 @@ from pathlib import Path
 
 import torch
 
-from suite.config import RunConfig, command_line
+from suite.config import RunConfig
 from suite.plans import Estimate, Plan
 
-NAME = "fl-fsdp"
 F = 8  # the paper's configs
 SMOKE = dict(model="llama-tiny", device="cpu", seq_len=128, micro_batch=4, eval_batches=4, log_every=8)
 SMOKE_WORKERS = 4
@@ -121,10 +120,6 @@ def _estimates() -> list[Estimate]:
 def plan(preset: str) -> Plan:
     runs = {"smoke": _smoke, "gpu": _gpu, "paper": _paper}[preset]()
     estimates = _estimates()
-    for cfg in [*runs, *(e.cfg for e in estimates)]:
-        cfg.reproduction = NAME
-    for cfg in runs:
-        cfg.command = command_line(cfg)
     notes = [
         "equal tokens and identical hyperparameters per arm (the paper's protocol): FL groups step on a "
         "global batch G/N of FSDP's; the learning rate is not tuned per arm (left for a later protocol)",
@@ -133,7 +128,6 @@ def plan(preset: str) -> Plan:
     if preset == "smoke" and _env("FL_FSDP_SEEDS", 3) < 3:
         notes.append(f"{_env('FL_FSDP_SEEDS', 3)} seed(s) per quality arm: the quality cards need 3 (FL_FSDP_SEEDS=3)")
     return Plan(
-        NAME,
         preset,
         runs,
         protocol="equal tokens, identical hyperparameters (same lr, schedule, micro-batch per rank)",

@@ -24,11 +24,10 @@ import torch
 
 from reproductions.flash_io.count import A100_M
 from reproductions.flash_io.micro import available_backends
-from suite.config import RunConfig, command_line
+from suite.config import RunConfig
 from suite.micro import Microbench
 from suite.plans import Plan
 
-NAME = "flash-io"
 MICRO = "reproductions.flash_io.micro"
 PAPER_SHAPE = dict(n=1024, d=64)  # GPT-2 medium: sequence 1024, head dimension 64
 PAPER_HEADS, PAPER_BATCH = 16, 64
@@ -122,14 +121,10 @@ def _gpu() -> tuple[list[RunConfig], list[Microbench]]:
 
 def plan(preset: str) -> Plan:
     runs, micro = _gpu() if preset in ("gpu", "paper") else _smoke()
-    for cfg in runs:
-        cfg.reproduction = NAME
-        cfg.command = command_line(cfg)
     notes = []
     if preset == "paper":
         notes.append("flash-io's paper preset is its gpu preset: the paper's configuration on one GPU")
     return Plan(
-        NAME,
         preset,
         runs,
         protocol="microbenchmark: same shapes for every backend; training runs at equal tokens",

@@ -8,7 +8,7 @@ from pathlib import Path
 from reproductions.sdp.compose import ComposedBlockSDP
 from reproductions.sdp.method import BackwardBlockSDP
 from reproductions.sdp.neurons import NeuronSDP
-from reproductions.sdp.plan import plan
+from reproductions.sdp.plan import PRESETS, plan
 from suite.extensions import Reproduction
 from suite.pairs import Config, Pair
 
@@ -19,6 +19,7 @@ REPRODUCTION = Reproduction(
     description="Subnetwork Data Parallelism against DDP: per-device memory, bytes per step and loss",
     methods=(ComposedBlockSDP, BackwardBlockSDP, NeuronSDP),
     plan=plan,
+    presets=tuple(PRESETS),
     claims=Path(__file__).with_name("claims.yaml"),
     # 2 of llama-tiny's 4 blocks per worker, against DDP at the same world size; b-sdp/ddp was 7.7% below
     # its 3-round median in one round on a quiet machine, hence 15%

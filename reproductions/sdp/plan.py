@@ -258,15 +258,12 @@ PRESETS = {"smoke": _smoke, "gpu": _gpu, "paper": _paper, "quality": _quality, "
 def plan(preset: str) -> Plan:
     runs = PRESETS[preset]()
     estimates = {"smoke": _estimates, "calibrate": _calibration}.get(preset, list)()
-    for cfg in [*runs, *(e.cfg for e in estimates)]:
-        cfg.reproduction = "sdp"
     notes = []
     if preset == "gpu" and not os.environ.get("CIFAR_ROOT"):
         notes.append("no CIFAR_ROOT: the ResNet-18 and Swin-T CIFAR arms are skipped, their cards stay untested")
     if preset in ("smoke", "quality") and len(_seeds(3)) < 3:
         notes.append(f"{len(_seeds(3))} seed(s) per quality arm: the quality cards need 3 (SDP_SEEDS=3)")
     return Plan(
-        "sdp",
         preset,
         runs,
         protocol="equal steps (tokens) and FLOP-matched (flops), same global batch",
