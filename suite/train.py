@@ -192,7 +192,7 @@ class Worker:
             "outer": [type(o).__name__ for o in self.strategy.optimizers()],
         }
         rec["protocol"] = self.protocol.describe(Progress(0, 0, 0.0, 0.0, None))
-        rec["totals"]["hardware_flops"] = 0
+        rec["totals"].update(hardware_flops=0, optimizer_flops=0)
         rec["faults"] = faults.section(cfg)
         if self.rank == 0 and (cfg.checkpoint_every or cfg.max_restarts):
             ckpt.write_config(cfg)
@@ -411,7 +411,14 @@ class Worker:
     def _close(self, p: Progress, clock: StepClock, flops_per_step: float) -> None:
         rec = self.record
         results = self._gather(self.metering.results())
-        rec["totals"] = {"steps": p.step, "tokens": p.tokens, "flops": 0, "hardware_flops": 0, "wall_s": clock.elapsed}
+        rec["totals"] = {
+            "steps": p.step,
+            "tokens": p.tokens,
+            "flops": 0,
+            "hardware_flops": 0,
+            "optimizer_flops": 0,
+            "wall_s": clock.elapsed,
+        }
         rec["protocol"] = self.protocol.describe(p)
         write_sections(self.metering.types(), dict(enumerate(results)), rec)
         tps = clock.tokens_per_s()
