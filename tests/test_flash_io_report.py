@@ -20,12 +20,12 @@ def results(tmp_path_factory):
         Microbench(
             "io-n",
             f"{MICRO}:io",
-            [dict(n=n, d=4, m=64, causal=c) for c in (False, True) for n in (32, 64, 128)],
+            [dict(n=n, d=4, m=128, causal=c) for c in (False, True) for n in (32, 64, 128)],
             repeat=1,
             warmup=0,
         ),
-        Microbench("io-d", f"{MICRO}:io", [dict(n=128, d=d, m=64) for d in (2, 4, 8)], repeat=1, warmup=0),
-        Microbench("io-m", f"{MICRO}:io", [dict(n=128, d=4, m=m) for m in (16, 64, 256)], repeat=1, warmup=0),
+        Microbench("io-d", f"{MICRO}:io", [dict(n=128, d=d, m=256) for d in (2, 4, 8)], repeat=1, warmup=0),
+        Microbench("io-m", f"{MICRO}:io", [dict(n=128, d=4, m=m) for m in (40, 128, 512)], repeat=1, warmup=0),
         Microbench(
             "io-gpt2",
             f"{MICRO}:io",
@@ -36,7 +36,7 @@ def results(tmp_path_factory):
         Microbench(
             "exactness",
             f"{MICRO}:exactness",
-            [dict(n=20, d=4, m=24, causal=c) for c in (False, True)],
+            [dict(n=20, d=4, m=141, causal=c) for c in (False, True)],
             repeat=1,
             warmup=0,
         ),

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from reproductions.flash_io.count import block_sizes, check_shape, io_counts
+from reproductions.flash_io.count import block_sizes, check_shape, io_counts, sram_peak
 from reproductions.flash_io.execute import execute
 
 BACKENDS = {
@@ -100,7 +100,14 @@ def io(
     q, k, v, grad_out = (torch.randn(n, d, device=device) for _ in range(4))
 
     def work() -> dict:
-        out = {"block_c": bc, "block_r": br, "heads": heads, "bytes_per_element": bytes_per_element}
+        out = {
+            "block_c": bc,
+            "block_r": br,
+            "heads": heads,
+            "bytes_per_element": bytes_per_element,
+            "sram_elements": m,
+            "sram_peak_elements": sram_peak(n, d, bc, br),
+        }
         for algorithm in ("tiled", "standard"):
             closed = io_counts(n, d, m, algorithm=algorithm, causal=causal)
             out[f"{algorithm}_reads"], out[f"{algorithm}_writes"] = closed.reads, closed.writes
@@ -111,7 +118,7 @@ def io(
                 run = execute(q, k, v, grad_out, m, algorithm=algorithm, causal=causal)
                 out[f"{algorithm}_executed_elements"] = run.io.moved
                 if algorithm == "tiled":
-                    out["sram_peak_elements"] = run.sram_peak
+                    out["sram_peak_executed_elements"] = run.sram_peak
         out["ratio_standard_to_tiled"] = out["standard_elements"] / out["tiled_elements"]
         return out
 
