@@ -47,7 +47,9 @@ import yaml
 KINDS = ("ratio", "quality", "mechanism")
 PROTOCOLS = ("tokens", "flops", "time", "target")
 TESTS = ("equivalence", "non-inferiority")
-DECIDING = ("measured", "estimated")  # simulated numbers are projections, never evidence for a verdict
+# counted: an instrumented algorithm's exact count (DESIGN.md's provenances); simulated numbers are projections,
+# never evidence for a verdict
+DECIDING = ("measured", "counted", "estimated")
 _REQUIREMENT = re.compile(r"^(cuda|network|world_size>=([1-9][0-9]*))$")
 _CHECK = re.compile(r"^[\w./-]+\.py::\w+$")
 _FIELDS = {
@@ -343,8 +345,8 @@ def _judging(e: _Entry, kind: str, paper_value: Any) -> dict[str, Any]:
 
 def _evidence(e: _Entry) -> tuple[str, ...]:
     evidence = e.get("evidence", list, ["measured"])
-    if not evidence or any(k not in DECIDING for k in evidence) or "measured" not in evidence:
-        raise e.error("evidence", f"a list from {DECIDING} that includes measured, found {_short(evidence)}")
+    if not evidence or any(k not in DECIDING for k in evidence) or not {"measured", "counted"} & set(evidence):
+        raise e.error("evidence", f"a list from {DECIDING} that includes measured or counted, found {_short(evidence)}")
     return tuple(evidence)
 
 
@@ -374,7 +376,7 @@ def _calibration(e: _Entry) -> Calibration | None:
 
 
 def _beside(e: _Entry) -> tuple[Beside, ...]:
-    allowed = {"field", "model", "variant", "baseline_variant"}
+    allowed = {"field", "model", "variant", "baseline_variant", "hardware"}
     out = []
     for i, spec in enumerate(e.get("beside", list, [])):
         if not isinstance(spec, dict) or not isinstance(spec.get("label"), str):

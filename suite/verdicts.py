@@ -31,8 +31,9 @@ from suite.claims import Claim, ClaimsError
 
 ALPHA = 0.05
 VERDICTS = ("reproduced", "exceeded", "fell short", "inconclusive", "not testable here", "measured, no paper value")
-# The order in which measured evidence is preferred; estimates come after, and only where a claim allows them.
-EVIDENCE = ("measured (gpu)", "measured (cpu)", "estimated", "simulated")
+# The order in which evidence is preferred: measured, then counted (an instrumented algorithm's exact count: no
+# hardware measurement, the same on any device), then estimates; each only where the claim allows it.
+EVIDENCE = ("measured (gpu)", "measured (cpu)", "counted", "estimated", "simulated")
 # Settings two arms must share to be compared (a sweep over them is a calibration, never pooled as seeds).
 SETTING_KEYS = ("model", "seq_len", "micro_batch", "grad_accum", "precision")
 # What suite/sim projects: time. Its records copy the estimate's memory and bytes, which are no projection.
@@ -363,15 +364,18 @@ def _samples_of(claim: Claim, rows: pd.DataFrame, label: str, overrides: dict | 
 
 def _decisive(claim: Claim, rows: pd.DataFrame, allow_measured: bool) -> tuple[Samples | None, str | None]:
     """Samples from the first kind of evidence the claim accepts that has any: measured (on hardware that
-    meets the requirements), then estimated where the claim allows it. Simulated numbers never decide."""
+    meets the requirements), then counted, then estimated, each where the claim allows it. Simulated numbers
+    never decide."""
     if "evidence" not in rows.columns:  # no records at all
         return None, None
     labels = []
-    if allow_measured:
+    if allow_measured and "measured" in claim.evidence:
         measured = rows
         for requirement in claim.requires:
             measured = measured[_requirement_mask(requirement, measured)]
         labels += [(label, measured) for label in EVIDENCE[:2]]
+    if "counted" in claim.evidence:
+        labels.append(("counted", rows))
     if "estimated" in claim.evidence:
         labels.append(("estimated", rows))
     for label, candidates in labels:

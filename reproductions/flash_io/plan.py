@@ -51,7 +51,7 @@ TRAIN_STEPS = 6
 
 def _io_items() -> list[Microbench]:
     def item(name: str, shapes: list[dict]) -> Microbench:
-        return Microbench(name, f"{MICRO}:io", shapes, warmup=0, repeat=1)
+        return Microbench(name, f"{MICRO}:io", shapes, warmup=0, repeat=1, provenance="counted")
 
     n_sweep = [dict(n=n, d=SWEEP_D_FIXED, m=SWEEP_M_FIXED, causal=c) for c in (False, True) for n in SWEEP_N]
     gpt2 = [dict(**PAPER_SHAPE, m=A100_M, causal=c, heads=PAPER_HEADS * PAPER_BATCH) for c in (True, False)]
