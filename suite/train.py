@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torch.optim.swa_utils import update_bn
 
 from suite import checkpoint as ckpt
 from suite import data as data_lib
@@ -225,8 +226,27 @@ class Worker:
         return torch.stack(losses).sum() if len(losses) > 1 else losses[0]
 
     @torch.no_grad()
-    def evaluate(self) -> float:
+    def assembled(self) -> nn.Module:
+        """The model to evaluate (the strategy's: SDP assembles the full model from its holders). An assembled
+        model's BatchNorm running statistics belong to no worker's network (each was taken on a subnetwork's
+        activations), so they are recomputed on it over `eval_batches` of this rank's training batches
+        (torch.optim.swa_utils.update_bn, as after SWA's weight averaging)."""
         model = self.strategy.eval_model(self.model)
+        trained = {id(p) for p in self.model.parameters()}
+        assembled = not any(id(p) in trained for p in model.parameters())  # DDP's .module is the trained model
+        if assembled and any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+            rows = self.cfg.micro_batch
+            inputs = [
+                self.task.batch(s, self.global_rows, self.replica * rows, rows, self.device)[0]
+                for s in range(self.cfg.eval_batches)
+            ]
+            with self.strategy.autocast(self.ctx):
+                update_bn(inputs, model)
+        return model
+
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        model = self.assembled()
         model.eval()
         losses = []
         for x, y in self.task.val_batches():
@@ -348,7 +368,7 @@ class Worker:
         image = self.task.kind == "image"
         if not (names or image or cfg.checkpoint):
             return
-        model, config = self.strategy.eval_model(self.model), self.record["model"]["config"]
+        model, config = self.assembled(), self.record["model"]["config"]
         if cfg.checkpoint:
             save_checkpoint(model, cfg.checkpoint, cfg.model, config, data=self.record["data"]["name"])
         if not (names or image):
