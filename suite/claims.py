@@ -50,7 +50,9 @@ import yaml
 KINDS = ("ratio", "quality", "mechanism")
 PROTOCOLS = ("tokens", "flops", "time", "target")
 TESTS = ("equivalence", "non-inferiority")
-DECIDING = ("measured", "estimated")  # simulated numbers are projections, never evidence for a verdict
+# counted: an instrumented algorithm's exact count (DESIGN.md's provenances); simulated numbers are projections,
+# never evidence for a verdict
+DECIDING = ("measured", "counted", "estimated")
 _REQUIREMENT = re.compile(r"^(cuda|network|world_size>=([1-9][0-9]*))$")
 _CHECK = re.compile(r"^[\w./-]+\.py::\w+$")
 _FIELDS = {
@@ -346,8 +348,8 @@ def _judging(e: _Entry, kind: str, paper_value: Any) -> dict[str, Any]:
 
 def _evidence(e: _Entry) -> tuple[str, ...]:
     evidence = e.get("evidence", list, ["measured"])
-    if not evidence or any(k not in DECIDING for k in evidence) or "measured" not in evidence:
-        raise e.error("evidence", f"a list from {DECIDING} that includes measured, found {_short(evidence)}")
+    if not evidence or any(k not in DECIDING for k in evidence) or not {"measured", "counted"} & set(evidence):
+        raise e.error("evidence", f"a list from {DECIDING} that includes measured or counted, found {_short(evidence)}")
     return tuple(evidence)
 
 
@@ -386,6 +388,7 @@ def _beside(e: _Entry) -> tuple[Beside, ...]:
         "baseline_arm",
         "optimizer",
         "baseline_optimizer",
+        "hardware",
     }
     out = []
     for i, spec in enumerate(e.get("beside", list, [])):

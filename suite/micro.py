@@ -6,8 +6,9 @@ is called as `function(device=..., **shape)` and returns the zero-argument calla
 such as making inputs, stays outside the measurement). The callable is run `warmup` times, then timed
 `repeat` times (the median is the item's time), once under FlopCounterMode and once under the memory
 tracker, each off the clock. If it returns a dict of numbers, those are recorded beside the meters' (an
-instrumented kernel reports its own counts this way). The record has provenance `measured`, the
-command that re-runs the item, and a `micro` section with one row per shape.
+instrumented kernel reports its own counts this way). The record has the item's provenance (`measured`;
+`counted` for an item whose numbers are an instrumented algorithm's exact counts), the command that re-runs
+the item, and a `micro` section with one row per shape.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class Microbench:
     device: str = "cpu"
     warmup: int = 1
     repeat: int = 5
+    provenance: str = "measured"  # or "counted": the item's numbers are exact counts, not measurements
 
 
 def resolve(function: str) -> Callable:
@@ -119,6 +121,7 @@ def micro_record(item: Microbench, reproduction: str, command: str, results: str
         {
             "kind": "microbenchmark",
             "status": "complete",
+            "provenance": item.provenance,
             "baseline": False,
             "model": {"name": item.function, "params": 0, "config": {}},
             "data": {"name": "synthetic", "source": "inputs made by the benchmarked function"},

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torch.optim.swa_utils import update_bn
 
 from suite import checkpoint as ckpt
 from suite import data as data_lib
@@ -197,7 +198,7 @@ class Worker:
             "outer": [type(o).__name__ for o in self.strategy.optimizers()],
         }
         rec["protocol"] = self.protocol.describe(Progress(0, 0, 0.0, 0.0, None))
-        rec["totals"]["hardware_flops"] = 0
+        rec["totals"].update(hardware_flops=0, optimizer_flops=0)
         rec["faults"] = faults.section(cfg)
         if self.rank == 0 and (cfg.checkpoint_every or cfg.max_restarts):
             ckpt.write_config(cfg)
@@ -230,8 +231,27 @@ class Worker:
         return torch.stack(losses).sum() if len(losses) > 1 else losses[0]
 
     @torch.no_grad()
-    def evaluate(self) -> float:
+    def assembled(self) -> nn.Module:
+        """The model to evaluate (the strategy's: SDP assembles the full model from its holders). An assembled
+        model's BatchNorm running statistics belong to no worker's network (each was taken on a subnetwork's
+        activations), so they are recomputed on it over `eval_batches` of this rank's training batches
+        (torch.optim.swa_utils.update_bn, as after SWA's weight averaging)."""
         model = self.strategy.eval_model(self.model)
+        trained = {id(p) for p in self.model.parameters()}
+        assembled = not any(id(p) in trained for p in model.parameters())  # DDP's .module is the trained model
+        if assembled and any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+            rows = self.cfg.micro_batch
+            inputs = [
+                self.task.batch(s, self.global_rows, self.replica * rows, rows, self.device)[0]
+                for s in range(self.cfg.eval_batches)
+            ]
+            with self.strategy.autocast(self.ctx):
+                update_bn(inputs, model)
+        return model
+
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        model = self.assembled()
         model.eval()
         losses = []
         for x, y in self.task.val_batches():
@@ -353,7 +373,7 @@ class Worker:
         image = self.task.kind == "image"
         if not (names or image or cfg.checkpoint):
             return
-        model, config = self.strategy.eval_model(self.model), self.record["model"]["config"]
+        model, config = self.assembled(), self.record["model"]["config"]
         if cfg.checkpoint:
             save_checkpoint(model, cfg.checkpoint, cfg.model, config, data=self.record["data"]["name"])
         if not (names or image):
@@ -416,7 +436,14 @@ class Worker:
     def _close(self, p: Progress, clock: StepClock, flops_per_step: float) -> None:
         rec = self.record
         results = self._gather(self.metering.results())
-        rec["totals"] = {"steps": p.step, "tokens": p.tokens, "flops": 0, "hardware_flops": 0, "wall_s": clock.elapsed}
+        rec["totals"] = {
+            "steps": p.step,
+            "tokens": p.tokens,
+            "flops": 0,
+            "hardware_flops": 0,
+            "optimizer_flops": 0,
+            "wall_s": clock.elapsed,
+        }
         rec["protocol"] = self.protocol.describe(p)
         write_sections(self.metering.types(), dict(enumerate(results)), rec)
         tps = clock.tokens_per_s()

@@ -33,8 +33,9 @@ from suite.records import SUMMARY_FIELDS
 
 ALPHA = 0.05
 VERDICTS = ("reproduced", "exceeded", "fell short", "inconclusive", "not testable here", "measured, no paper value")
-# The order in which measured evidence is preferred; estimates come after, and only where a claim allows them.
-EVIDENCE = ("measured (gpu)", "measured (cpu)", "estimated", "simulated")
+# The order in which evidence is preferred: measured, then counted (an instrumented algorithm's exact count: no
+# hardware measurement, the same on any device), then estimates; each only where the claim allows it.
+EVIDENCE = ("measured (gpu)", "measured (cpu)", "counted", "estimated", "simulated")
 # Settings two arms must share to be compared (a sweep over them is a calibration, never pooled as seeds).
 SETTING_KEYS = ("model", "seq_len", "micro_batch", "grad_accum", "precision")
 # What suite/sim projects: time. Its records copy the estimate's memory and bytes, which are no projection.
@@ -451,12 +452,15 @@ def _samples_of(claim: Claim, rows: pd.DataFrame, label: str, overrides: dict | 
 
 def _decisive(claim: Claim, rows: pd.DataFrame, allow_measured: bool) -> tuple[Samples | None, str | None]:
     """Samples from the first kind of evidence the claim accepts that has any: measured (on hardware that
-    meets the requirements), then estimated where the claim allows it. Simulated numbers never decide."""
+    meets the requirements), then counted, then estimated, each where the claim allows it. Simulated numbers
+    never decide."""
     if "evidence" not in rows.columns:  # no records at all
         return None, None
     labels = []
-    if allow_measured:
+    if allow_measured and "measured" in claim.evidence:
         labels += [(label, _measured_candidates(claim, rows)) for label in EVIDENCE[:2]]
+    if "counted" in claim.evidence:
+        labels.append(("counted", rows))
     if "estimated" in claim.evidence:
         labels.append(("estimated", rows))
     for label, candidates in labels:
@@ -467,15 +471,16 @@ def _decisive(claim: Claim, rows: pd.DataFrame, allow_measured: bool) -> tuple[S
 
 
 def _beside(claim: Claim, rows: pd.DataFrame) -> list[Shown]:
+    """Values shown beside the verdict: measured ones only from hardware that meets the claim's requirements,
+    unless the entry names its `hardware` (it is about other hardware, and says so in its label)."""
     out = []
     if "evidence" not in rows.columns:
         return []
-    candidates = {
-        label: _measured_candidates(claim, rows) if label.startswith("measured") else rows for label in EVIDENCE
-    }
+    meeting = _measured_candidates(claim, rows)
     for extra in claim.beside:
         for label in EVIDENCE:
-            if len((s := _samples_of(claim, candidates[label], label, extra.overrides)).values):
+            source = meeting if label.startswith("measured") and "hardware" not in extra.overrides else rows
+            if len((s := _samples_of(claim, source, label, extra.overrides)).values):
                 out.append(Shown(extra.label, float(np.mean(s.values)), label, tuple(s.rows["run_id"])))
                 break
     return out

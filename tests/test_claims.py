@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from suite import claims as claims_module
 from suite import verdicts as verdicts_module
-from suite.claims import load_claims
+from suite.claims import ClaimsError, load_claims
 from suite.verdicts import claim_frame, evaluate
 from tests.report_fixtures import SDP_CLAIMS_YAML, make_record
 
@@ -439,10 +439,9 @@ def test_baseline_protocol_takes_the_baselines_runs_of_another_protocol():
         claim(baseline_protocol="tokens", protocol=None)
 
 
-def test_unknown_metric_field_is_a_clear_error():
-    c = claim(metric={**RATIO, "field": "peak_memory"})
-    with pytest.raises(ValueError, match="metric field 'peak_memory' is not a summary field"):
-        evaluate(c, frame(rows("m", [1.0]), rows("ddp", [1.0])))
+def test_unknown_metric_field_is_a_clear_error_when_the_claim_loads():
+    with pytest.raises(ClaimsError, match="metric.field: 'peak_memory' is not a field of the records"):
+        claim(metric={**RATIO, "field": "peak_memory"})
 
 
 def test_verdict_on_real_records_carries_hardware_and_scale():

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch.nn.attention import sdpa_kernel
 
 from reproductions.flash_io import REPRODUCTION, count_io, ncu
-from reproductions.flash_io.count import A100_M
+from reproductions.flash_io.count import A100_M, block_sizes, sram_peak
 from reproductions.flash_io.meter import SECTION, AttentionIoMeter, _Calls
 from reproductions.flash_io.micro import (
     BACKENDS,
@@ -76,14 +76,15 @@ def test_cpu_backends_and_sdpa_item_record():
 
 
 def test_io_item_executes_and_agrees_with_closed_form():
-    out = io(torch.device("cpu"), 64, 8, 256, causal=True, heads=3)()  # 8 x 8 tiles: executed
+    out = io(torch.device("cpu"), 64, 8, 1024, causal=True, heads=3)()  # B_c 11, B_r 8: 6 x 8 tiles, executed
     assert (
-        out["tiled_executed_elements"] == out["tiled_elements"] == count_io(64, 8, 256, algorithm="tiled", causal=True)
+        out["tiled_executed_elements"] == out["tiled_elements"] == count_io(64, 8, 1024, algorithm="tiled", causal=True)
     )
     assert out["standard_executed_elements"] == out["standard_elements"]
     assert out["tiled_bytes_all_heads"] == 3 * 2 * out["tiled_elements"]
-    assert 0 < out["sram_peak_elements"]
-    big = io(torch.device("cpu"), 16384, 64, 64)()  # 16,384 x 16,384 tiles: closed form only
+    # the tiles fit M: the executed tracker's peak equals the closed form and stays within the SRAM
+    assert out["sram_peak_executed_elements"] == out["sram_peak_elements"] <= out["sram_elements"] == 1024
+    big = io(torch.device("cpu"), 16384, 64, 519)()  # one row of each tile, 16,384 x 16,384 tiles: closed form only
     assert big["tiled_executed_elements"] is None and big["tiled_elements"] > big["standard_elements"]
     assert matmul(torch.device("cpu"), 8)()["formula_flops"] == 2 * 8**3
 
@@ -177,3 +178,18 @@ def test_gpu_preset_holds_the_papers_configuration(monkeypatch):
     assert all(s["dtype"] == "float16" for s in items["sdpa-n"].shapes)
     assert items["matmul"].shapes == [dict(n=8192, dtype="float16")]
     assert load_plan("flash-io", "paper").notes
+
+
+@pytest.mark.parametrize("preset", ["smoke", "gpu"])
+def test_every_tiled_shape_of_the_plan_fits_its_sram(preset, monkeypatch):
+    """The tiles of every io and exactness shape the plan sweeps fit M (the paper's block sizes did not:
+    114,880 elements at GPT-2's shape against M = 49,152)."""
+    flash_plan = importlib.import_module("reproductions.flash_io.plan")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(flash_plan, "available_backends", lambda device: ["math", "flash"])
+    items = [i for i in flash_plan.plan(preset).micro if i.function.endswith((":io", ":exactness"))]
+    shapes = [s for i in items for s in i.shapes]
+    assert len(shapes) >= 25
+    for s in shapes:
+        bc, br = block_sizes(s["n"], s["d"], s["m"])
+        assert sram_peak(s["n"], s["d"], bc, br) <= s["m"], s

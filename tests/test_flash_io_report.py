@@ -1,14 +1,19 @@
 """flash-io's report page and claim metrics, from microbenchmark records made here on tiny shapes."""
 
+import copy
 import json
+from pathlib import Path
 
 import pytest
 
 from reproductions.flash_io import report
 from reproductions.flash_io.count import count_io
+from suite.claims import load_claims
 from suite.micro import Microbench, micro_record
 from suite.records import load_records, write_record
-from suite.verdicts import METRICS, claim_frame
+from suite.verdicts import METRICS, claim_frame, judge_all
+
+CLAIMS = Path(report.__file__).with_name("claims.yaml")
 
 MICRO = "reproductions.flash_io.micro"
 
@@ -20,23 +25,24 @@ def results(tmp_path_factory):
         Microbench(
             "io-n",
             f"{MICRO}:io",
-            [dict(n=n, d=4, m=64, causal=c) for c in (False, True) for n in (32, 64, 128)],
+            [dict(n=n, d=4, m=128, causal=c) for c in (False, True) for n in (32, 64, 128)],
             repeat=1,
             warmup=0,
         ),
-        Microbench("io-d", f"{MICRO}:io", [dict(n=128, d=d, m=64) for d in (2, 4, 8)], repeat=1, warmup=0),
-        Microbench("io-m", f"{MICRO}:io", [dict(n=128, d=4, m=m) for m in (16, 64, 256)], repeat=1, warmup=0),
+        Microbench("io-d", f"{MICRO}:io", [dict(n=128, d=d, m=256) for d in (2, 4, 8)], repeat=1, warmup=0),
+        Microbench("io-m", f"{MICRO}:io", [dict(n=128, d=4, m=m) for m in (40, 128, 512)], repeat=1, warmup=0),
         Microbench(
             "io-gpt2",
             f"{MICRO}:io",
             [dict(n=64, d=8, m=256, causal=c, heads=4) for c in (True, False)],
             repeat=1,
             warmup=0,
+            provenance="counted",
         ),
         Microbench(
             "exactness",
             f"{MICRO}:exactness",
-            [dict(n=20, d=4, m=24, causal=c) for c in (False, True)],
+            [dict(n=20, d=4, m=141, causal=c) for c in (False, True)],
             repeat=1,
             warmup=0,
         ),
@@ -102,3 +108,44 @@ def test_claim_metrics_read_micro_rows(results):
     )
     assert 0.5 < slope.values[0] < 1.5
     assert len(METRICS["micro"](df, method="no-such-item", field="x").values) == 0
+
+
+def _verdicts(records: list[dict]) -> dict:
+    return {claim.id: verdict for claim, verdict in judge_all(load_claims(CLAIMS), records)}
+
+
+def test_hbm_card_judges_the_tiled_count_as_counted_and_shows_the_standard_count_as_a_lower_bound(results):
+    records, _ = load_records(results)
+    hbm = _verdicts(records)["flash-io-hbm-bytes"]
+    tiled = 4 * 2 * count_io(64, 8, 256, algorithm="tiled", causal=True) / 1e9
+    assert hbm.provenance == "counted" and hbm.measured == pytest.approx(tiled)
+    shown = {s.label.split(",")[0]: s for s in hbm.shown}
+    standard = shown["standard attention"]
+    assert "lower bound" in standard.label and standard.evidence == "counted"
+    assert standard.value == pytest.approx(4 * 2 * count_io(64, 8, None, algorithm="standard") / 1e9)
+    # a count is no measurement: the same numbers recorded as measured do not decide the card
+    measured = [copy.deepcopy(r) for r in records]
+    for r in measured:
+        r["provenance"] = "measured"
+    assert _verdicts(measured)["flash-io-hbm-bytes"].verdict == "inconclusive"
+
+
+def test_exactness_card_judges_the_largest_error_over_its_shapes(results):
+    records, _ = load_records(results)
+    exact = _verdicts(records)["flash-io-exact"]
+    errors = METRICS["micro"](claim_frame(records), method="exactness", field="max_abs_error").values
+    assert len(errors) == 2 and exact.n_seeds == 1
+    assert exact.measured == max(errors) > min(errors)
+
+
+@pytest.mark.parametrize("gpu, judged", [("NVIDIA A100-SXM4-80GB", True), ("NVIDIA H100 80GB HBM3", False)])
+def test_runtime_card_is_judged_on_an_a100_and_other_hardware_only_shown(results, gpu, judged):
+    records, _ = load_records(results)
+    on_gpu = copy.deepcopy(records)
+    for r in on_gpu:
+        r["env"].update(device="cuda", device_name=gpu)
+    cpu = _verdicts(records)["flash-io-runtime"]
+    assert cpu.verdict == "not testable here" and cpu.shown and cpu.shown[0].evidence == "measured (cpu)"
+    runtime = _verdicts(on_gpu)["flash-io-runtime"]
+    assert (runtime.measured is not None) == judged
+    assert runtime.shown[0].evidence == "measured (gpu)" and "FlashAttention-2" in runtime.shown[0].label

@@ -114,6 +114,17 @@ def test_flops_match_six_n_t_plus_attention(runs):
     assert rec["totals"]["hardware_flops"] == rec["totals"]["flops"]
 
 
+@pytest.mark.parametrize("optimizer", ["muon", "dion"])
+def test_optimizer_step_flops_are_counted_apart_from_model_flops(runs, optimizer):
+    """Same model and batch: the same model FLOPs per step whatever the optimizer; its own matmuls stand apart."""
+    adamw = runs("ddp", "--nproc", "2", *STEPS3)
+    other = runs("ddp", "--nproc", "2", "--optimizer", optimizer, *STEPS3)
+    assert other["totals"]["steps"] == adamw["totals"]["steps"] == 3
+    assert other["totals"]["flops"] == adamw["totals"]["flops"]
+    assert other["totals"]["optimizer_flops"] > 0 == adamw["totals"]["optimizer_flops"]
+    assert other["totals"]["hardware_flops"] == other["totals"]["flops"]
+
+
 def test_activation_checkpointing_same_losses_less_activation_memory(runs):
     for method in ("ddp", "fsdp"):
         plain = runs(method, "--nproc", "2", *STEPS3)

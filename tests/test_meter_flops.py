@@ -187,3 +187,19 @@ def test_causal_halving_halves_only_attention():
 def test_transformer_formula_rejects_nonpositive_sizes():
     with pytest.raises(ValueError, match="seq_len must be positive"):
         transformer_step_flops(1000, 2, 64, 0, 4096, 256)
+
+
+def test_optimizer_step_flops_are_apart_from_model_flops(net_and_input):
+    """A Muon step orthogonalizes every matrix by matmuls: those FLOPs are the optimizer's, never the model's."""
+    from baselines.muon import Muon
+
+    net, x = net_and_input
+    plain = measured_step(net, x)
+    opt = Muon([{"params": [p for p in net.parameters() if p.ndim == 2]}])
+    with FlopMeter() as meter:
+        net(x).square().mean().backward()
+        opt.step()
+    assert meter.model_flops == plain.model_flops
+    assert meter.forward_flops == plain.forward_flops
+    assert meter.optimizer_flops > 0
+    assert meter.get_total_flops() == meter.model_flops + meter.optimizer_flops

@@ -242,3 +242,20 @@ def test_resnet18_runs_under_b_sdp_and_n_sdp(tmp_path):
         assert ratio < 1
         if method == "b-sdp":
             assert info["always_held_blocks"] == ["layer2.0", "layer3.0", "layer4.0"]
+
+
+@pytest.mark.slow
+def test_assembled_resnet_gets_batchnorm_statistics_of_the_full_network(tmp_path):
+    """Each worker's BatchNorm statistics were taken on its narrower network: the assembled model recomputes
+    them (2 ranks, C=0.5, 10 steps: before, N-SDP's val loss was 3.47 against DDP's 2.35; after, 2.39)."""
+
+    def run(method: str, *sets: str) -> dict:
+        args = ["run", method, "--model", "resnet18", "--nproc", "2", "--tokens", "80", "--set", "micro_batch=4"]
+        for s in ("eval_every=100", "eval_batches=2", "lr=0.001", *sets):
+            args += ["--set", s]
+        proc = run_cli([*args, "--results", str(tmp_path / method)])
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return read_record(proc.stdout.strip().splitlines()[-1])
+
+    ddp, masked = run("ddp"), run("n-sdp", "C=0.5")
+    assert masked["curve"][-1]["val_loss"] < 1.25 * ddp["curve"][-1]["val_loss"]

@@ -4,8 +4,12 @@ move, without executing them, so paper-scale shapes (GPT-2 medium: N 1024, d 64)
 Elements, not bytes: one element is one number of Q, K, V, O, their gradients, S, P, or the softmax
 statistics l and m. The tests check every formula here equal to the executed algorithm's counter.
 
-Tiled (FlashAttention, arXiv 2205.14135 Algorithm 1 forward, Algorithm 4 backward without dropout), with the
-paper's block sizes B_c = ceil(M / 4d), B_r = min(ceil(M / 4d), d); T_c = ceil(N / B_c) column blocks. For
+Tiled (FlashAttention, arXiv 2205.14135 Algorithm 1 forward, Algorithm 4 backward without dropout). Block
+sizes: the paper's B_c = ceil(M / 4d), B_r = min(ceil(M / 4d), d) do not fit M (the paper's analysis is up to
+constants: the backward's K_j, V_j, dK_j, dV_j alone are 4 B_c d = M, and with Q_i, O_i, dO_i, dQ_i and the
+four B_r x B_c tiles S, P, dP, dS it holds 114,880 elements at M = 49,152). Here B_r = min(B_c, d) as in the
+paper, and B_c is the largest (at most N) whose tiles fit M: `sram_peak` counts what tiled.py holds at once,
+and the tests check it equal to the executed algorithm's tracker. T_c = ceil(N / B_c) column blocks. For
 column block j let R_j be the query rows it meets: N, or under a causal mask the rows of the row blocks not
 entirely above the diagonal (fully masked tiles are skipped, as the CUDA kernels do). With R = sum_j R_j:
   forward  reads 2Nd (K, V once) + R (2d + 2) (Q_i, O_i, l_i, m_i per tile)
@@ -24,7 +28,6 @@ only add to standard attention's total):
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 ALGORITHMS = ("tiled", "standard")
@@ -45,21 +48,39 @@ class Io:
         return Io(self.reads + other.reads, self.writes + other.writes)
 
 
+def sram_peak(n: int, d: int, bc: int, br: int, *, backward: bool = True) -> int:
+    """Most elements tiled.py holds on chip at once with blocks B_c x B_r (edge tiles are smaller).
+
+    forward:  K_j, V_j (2 B_c d); Q_i, O_i and the new O_i (3 B_r d); S, P (2 B_r B_c); l_i, m_i, new l, m (4 B_r)
+    backward: K_j, V_j, dK_j, dV_j (4 B_c d); Q_i, O_i, dO_i, dQ_i (4 B_r d); S, P, dP, dS (4 B_r B_c);
+              l_i, m_i, D_i (3 B_r)"""
+    bc, br = min(bc, n), min(br, n)
+    forward = 2 * bc * d + 3 * br * d + 2 * br * bc + 4 * br
+    return max(forward, 4 * bc * d + 4 * br * d + 4 * br * bc + 3 * br) if backward else forward
+
+
+def min_sram(d: int) -> int:
+    """The smallest M that holds one row of every tile (B_c = B_r = 1), forward and backward."""
+    return sram_peak(1, d, 1, 1)
+
+
 def check_shape(n: int, d: int, m: int | None = None) -> None:
-    """One line naming the fix for a shape the paper's analysis does not cover (d <= M <= N d)."""
+    """One line naming the fix for a shape the tiled algorithm cannot run (M too small for one row of its tiles)."""
     if n < 1 or d < 1:
         raise ValueError(f"sequence length N and head dimension d must be >= 1, got N={n}, d={d}")
-    if m is not None and not d <= m <= n * d:
+    if m is not None and m < min_sram(d):
         raise ValueError(
-            f"SRAM size M={m} elements is outside [d, N d] = [{d}, {n * d}] for N={n}, d={d} "
-            "(Theorem 2's range); choose M in that range"
+            f"SRAM size M={m} elements cannot hold one row of each tile at d={d} (8d + 7 = {min_sram(d)}); "
+            f"choose M >= {min_sram(d)}"
         )
 
 
 def block_sizes(n: int, d: int, m: int) -> tuple[int, int]:
-    """(B_c, B_r) = (ceil(M / 4d), min(ceil(M / 4d), d)): Algorithm 1, line 1."""
+    """(B_c, B_r): B_r = min(B_c, d) (Algorithm 1, line 1) and B_c the largest, at most N, whose tiles fit M."""
     check_shape(n, d, m)
-    bc = math.ceil(m / (4 * d))
+    bc = 1
+    while bc < n and sram_peak(n, d, bc + 1, min(bc + 1, d)) <= m:
+        bc += 1
     return bc, min(bc, d)
 
 
@@ -104,7 +125,7 @@ def count_io(n: int, d: int, m: int | None, *, algorithm: str, causal: bool = Fa
 
 # The paper's A100 (arXiv 2205.14135 v2, section 2.1): "192KB of on-chip SRAM per each of 108 streaming
 # multiprocessors". Taken as 4-byte elements (on-chip S, P, the accumulator and l, m are fp32 even with fp16
-# inputs): 49,152 elements, inside Theorem 2's range at GPT-2 medium's N d = 65,536. With 2-byte elements the
-# same SRAM holds 98,304, above N d, where the theorem does not apply.
+# inputs): 49,152 elements, inside Theorem 2's range d <= M <= N d at GPT-2 medium's N d = 65,536 (the CUDA
+# kernels also keep tiles in registers and in fp16, so their tiles are larger than these).
 A100_SRAM_BYTES = 192 * 1024
 A100_M = A100_SRAM_BYTES // 4

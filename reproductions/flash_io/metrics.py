@@ -16,9 +16,12 @@ import pandas as pd
 from suite.verdicts import Samples, metric
 
 
-def _item_rows(df: pd.DataFrame, method: str) -> tuple[list[dict], pd.DataFrame]:
-    """The micro rows (shape, extra and measurements flattened) of the newest record of item `method`."""
+def _item_rows(df: pd.DataFrame, method: str, hardware: str | None = None) -> tuple[list[dict], pd.DataFrame]:
+    """The micro rows (shape, extra and measurements flattened) of the newest record of item `method` (made on a
+    device whose name contains `hardware`, where given)."""
     rows = df[(df["method"] == method) & df["path"].notna()]
+    if hardware and not rows.empty:
+        rows = rows[rows["device_name"].str.contains(hardware, case=False, regex=False)]
     if rows.empty:
         return [], rows
     newest = rows.sort_values("run_id").iloc[[-1]]
@@ -46,10 +49,21 @@ def _label(variant: dict | None) -> str:
 
 
 @metric("micro", fields=None)  # fields of the microbenchmark rows, which vary by item
-def micro(df: pd.DataFrame, method: str, field: str, variant: dict | None = None, over: dict | None = None) -> Samples:
+def micro(
+    df: pd.DataFrame,
+    method: str,
+    field: str,
+    variant: dict | None = None,
+    over: dict | None = None,
+    largest: bool = False,
+    hardware: str | None = None,
+) -> Samples:
     """`field` of the rows of item `method` that match `variant`; with `over`, divided by `field` of the row that
-    has the same shape but for `over`'s keys (e.g. variant {backend: math}, over {backend: flash})."""
-    rows, used = _item_rows(df, method)
+    has the same shape but for `over`'s keys (e.g. variant {backend: math}, over {backend: flash}). With
+    `largest`, one value: the largest over the matching rows (an exactness claim judges its worst shape; the
+    shapes are settings, never seeds to average). With `hardware`, only records of a device of that name (a
+    runtime claim is about one GPU: other hardware is shown beside, not judged)."""
+    rows, used = _item_rows(df, method, hardware)
     values, settings = [], []
     for row in _match(rows, variant):
         value = row.get(field)
@@ -58,7 +72,9 @@ def micro(df: pd.DataFrame, method: str, field: str, variant: dict | None = None
             value = value / partner[0][field] if value and partner and partner[0].get(field) else None
         if value is not None:
             values.append(float(value))
-            settings.append(_label(variant))
+            settings.append(_label(variant) or _label(row["_shape"]))
+    if largest and values:
+        return Samples(np.array([max(values)]), used, (f"the largest over {len(values)} shapes",))
     return Samples(np.array(values, dtype=float), used, tuple(settings))
 
 

@@ -5,7 +5,8 @@ that the harness times, FLOP-counts and memory-tracks; the callable returns the 
   forward + backward; returns the benchmark formula's FLOPs (4 B N^2 H d forward, halved under a causal mask,
   backward 2.5x forward; arXiv 2205.14135's benchmarks) beside the harness's FlopCounterMode count.
 - `io`: the instrumented algorithms (execute.py) on one head, executed where the tiles are few enough to loop
-  over in Python, and the closed form (count.py) always; both recorded, so a reader sees them agree.
+  over in Python, and the closed form (count.py) always; both recorded, so a reader sees them agree. The plan
+  gives these items provenance `counted`: exact counts of an algorithm, not hardware measurements.
 - `matmul`: a square matrix multiply, the device's measured peak for TFLOP/s comparisons.
 """
 
@@ -17,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from reproductions.flash_io.count import block_sizes, check_shape, io_counts
+from reproductions.flash_io.count import block_sizes, check_shape, io_counts, sram_peak
 from reproductions.flash_io.execute import execute
 
 BACKENDS = {
@@ -100,18 +101,26 @@ def io(
     q, k, v, grad_out = (torch.randn(n, d, device=device) for _ in range(4))
 
     def work() -> dict:
-        out = {"block_c": bc, "block_r": br, "heads": heads, "bytes_per_element": bytes_per_element}
+        out = {
+            "block_c": bc,
+            "block_r": br,
+            "heads": heads,
+            "bytes_per_element": bytes_per_element,
+            "sram_elements": m,
+            "sram_peak_elements": sram_peak(n, d, bc, br),
+        }
         for algorithm in ("tiled", "standard"):
             closed = io_counts(n, d, m, algorithm=algorithm, causal=causal)
             out[f"{algorithm}_reads"], out[f"{algorithm}_writes"] = closed.reads, closed.writes
             out[f"{algorithm}_elements"] = closed.moved
             out[f"{algorithm}_bytes_all_heads"] = closed.moved * heads * bytes_per_element
+            out[f"{algorithm}_gb_all_heads"] = out[f"{algorithm}_bytes_all_heads"] / 1e9
             out[f"{algorithm}_executed_elements"] = None
             if tiles <= EXECUTE_TILES:
                 run = execute(q, k, v, grad_out, m, algorithm=algorithm, causal=causal)
                 out[f"{algorithm}_executed_elements"] = run.io.moved
                 if algorithm == "tiled":
-                    out["sram_peak_elements"] = run.sram_peak
+                    out["sram_peak_executed_elements"] = run.sram_peak
         out["ratio_standard_to_tiled"] = out["standard_elements"] / out["tiled_elements"]
         return out
 

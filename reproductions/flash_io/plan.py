@@ -31,12 +31,13 @@ from suite.plans import Plan
 MICRO = "reproductions.flash_io.micro"
 PAPER_SHAPE = dict(n=1024, d=64)  # GPT-2 medium: sequence 1024, head dimension 64
 PAPER_HEADS, PAPER_BATCH = 16, 64
-# Theorem 2 sweeps: N at d 64 and M 16,384 (B_c = B_r = 64); d at N 4,096; M from d to N d at N 4,096, d 64
+# Theorem 2 sweeps: N at d 64 and M 16,384 (B_c = B_r = 26); d at N 4,096; M at N 4,096, d 64 from 1,024 (one
+# row of each tile is 8d + 7 = 519 elements; B_c = 1 below 1,046) to N d
 SWEEP_N = (256, 512, 1024, 2048, 4096, 8192, 16384)
 SWEEP_D = (16, 32, 64, 128, 256)
-SWEEP_M = (64, 256, 1024, 4096, 16384, 65536, 262144)
+SWEEP_M = (1024, 2048, 4096, 16384, 32768, 65536, 262144)
 SWEEP_M_FIXED, SWEEP_N_FIXED, SWEEP_D_FIXED = 16384, 4096, 64
-# float64 shapes whose blocks do not divide N (B_c = 25, B_r = 16; B_c = 10, B_r = 8), causal and not
+# float64 shapes whose blocks do not divide N (B_c = B_r = 9; B_c = B_r = 3), causal and not
 EXACTNESS = [dict(n=n, d=d, m=m, causal=c) for n, d, m in ((200, 16, 1600), (97, 8, 300)) for c in (False, True)]
 SDPA_N = (256, 512, 1024, 2048, 4096)
 SDPA_D = (32, 64, 128)
@@ -49,7 +50,7 @@ TRAIN_STEPS = 6
 
 def _io_items() -> list[Microbench]:
     def item(name: str, shapes: list[dict]) -> Microbench:
-        return Microbench(name, f"{MICRO}:io", shapes, warmup=0, repeat=1)
+        return Microbench(name, f"{MICRO}:io", shapes, warmup=0, repeat=1, provenance="counted")
 
     n_sweep = [dict(n=n, d=SWEEP_D_FIXED, m=SWEEP_M_FIXED, causal=c) for c in (False, True) for n in SWEEP_N]
     gpt2 = [dict(**PAPER_SHAPE, m=A100_M, causal=c, heads=PAPER_HEADS * PAPER_BATCH) for c in (True, False)]

@@ -38,7 +38,14 @@ def build_record(
             "provenance": "estimated",
             "curve": [],
             "protocol": {"kind": "tokens", "budget": tokens, "target": None, "reached": True},
-            "totals": {"steps": steps, "tokens": tokens, "flops": 0, "hardware_flops": 0, "wall_s": 0.0},
+            "totals": {
+                "steps": steps,
+                "tokens": tokens,
+                "flops": 0,
+                "hardware_flops": 0,
+                "optimizer_flops": 0,
+                "wall_s": 0.0,
+            },
             "throughput": {"tokens_per_s": None, "samples_per_s": None, "step_s": None, "mfu": None},
             "estimate": {
                 "estimated_ranks": sorted(by_rank),

@@ -22,7 +22,7 @@ def _estimated(record: dict) -> bool:
 
 
 class Flops(Meter):
-    """Model and hardware FLOPs of one step (FlopCounterMode); totals = steps x the sum over ranks."""
+    """Model, hardware and optimizer FLOPs of one step (FlopCounterMode); totals = steps x the sum over ranks."""
 
     name = "flops"
 
@@ -41,19 +41,29 @@ class Flops(Meter):
     def local(self) -> dict | None:
         if not self.counted:
             return None
-        return {"model": self.counter.model_flops, "hardware": self.counter.hardware_flops}
+        return {
+            "model": self.counter.model_flops,
+            "hardware": self.counter.hardware_flops,
+            "optimizer": self.counter.optimizer_flops,
+        }
 
     @classmethod
     def section(cls, per_rank: dict[int, Any], record: dict, weight: dict[int, int]) -> None:
         counted = {r: v for r, v in per_rank.items() if v}
         model = sum(v["model"] * weight[r] for r, v in counted.items())
         hardware = sum(v["hardware"] * weight[r] for r, v in counted.items())
+        # a result restored from a checkpoint written before optimizer FLOPs were counted apart has none
+        optimizer = sum(v.get("optimizer", 0) * weight[r] for r, v in counted.items())
         steps = record["totals"]["steps"]
-        record["totals"].update({"flops": steps * model, "hardware_flops": steps * hardware})
+        record["totals"].update(
+            {"flops": steps * model, "hardware_flops": steps * hardware, "optimizer_flops": steps * optimizer}
+        )
         where = "on fake tensors, " if _estimated(record) else ""
         record["flops_method"] = (
             f"FlopCounterMode {where}on step {record['settings']['flop_step']} of every rank, summed over ranks; "
-            "every step has the same shapes, so totals = steps x that count"
+            "every step has the same shapes, so totals = steps x that count; flops: the model's forward and "
+            "backward; hardware_flops: those plus recomputation; optimizer_flops: the optimizer steps' own ops, "
+            "never model FLOPs, never spending a budget"
         )
 
 

@@ -11,10 +11,15 @@ FlopCounterMode counts every op with a formula, but leaves two gaps this module 
   grad mode on. The engine runs backward formulas with grad mode off (it follows `create_graph`), while
   torch.utils.checkpoint (reentrant and not, checkpoint_wrapper, selective AC) re-runs the forward under
   `enable_grad`. This sees checkpointed functions as well as modules; it would misfile a backward run with
-  `create_graph=True` as recomputation, which a training step does not do.
+  `create_graph=True` as recomputation, which a training step does not do;
+- an optimizer step runs outside any graph task too, so Muon's and Dion's matmuls (Newton-Schulz, power
+  iteration) would count as forward FLOPs of the model. FlopMeter books every op run inside any
+  `torch.optim.Optimizer.step` (torch's global step hooks, which every Optimizer subclass calls, outer
+  optimizers too) as optimizer FLOPs: counted, never model FLOPs, never spending a budget.
 """
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils.flop_counter import (
     FlopCounterMode,
     flop_registry,
@@ -52,33 +57,56 @@ def _register_cpu_attention_formulas() -> None:
 _register_cpu_attention_formulas()
 
 
-def _phase() -> str:
+def _phase(in_optimizer: bool) -> str:
+    if in_optimizer:
+        return "optimizer"
     if torch._C._current_graph_task_id() == -1:
         return "forward"
     return "recompute" if torch.is_grad_enabled() else "backward"
 
 
 class FlopMeter(FlopCounterMode):
-    """FlopCounterMode (display off) that also sorts each counted op into forward, backward or recompute.
+    """FlopCounterMode (display off) that also sorts each counted op into forward, backward, recompute or
+    optimizer.
 
     model_flops = forward + backward (what the model needs, the same with or without checkpointing);
-    hardware_flops = model_flops + recompute_flops (what the device ran).
+    hardware_flops = model_flops + recompute_flops (what the device ran for the model);
+    optimizer_flops: every optimizer step's own ops, apart from both.
     """
 
     def __init__(self) -> None:
         super().__init__(display=False)
-        self._by_phase = dict.fromkeys(("forward", "backward", "recompute"), 0)
+        self._by_phase = dict.fromkeys(("forward", "backward", "recompute", "optimizer"), 0)
+        self._optimizer_depth = 0
+        self._hooks: list = []
 
     def __enter__(self) -> Self:
         self._by_phase = dict.fromkeys(self._by_phase, 0)
+        self._optimizer_depth = 0
+        self._hooks = [
+            register_optimizer_step_pre_hook(self._enter_step),
+            register_optimizer_step_post_hook(self._exit_step),
+        ]
         super().__enter__()
         return self
+
+    def __exit__(self, *args) -> None:
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+        return super().__exit__(*args)
+
+    def _enter_step(self, optimizer, args, kwargs) -> None:
+        self._optimizer_depth += 1
+
+    def _exit_step(self, optimizer, args, kwargs) -> None:
+        self._optimizer_depth -= 1
 
     def _count_flops(self, func_packet, out, args, kwargs):
         # The parent adds each op's count to every enclosing module and to "Global", which always encloses.
         before = self.flop_counts["Global"][func_packet]
         out = super()._count_flops(func_packet, out, args, kwargs)
-        self._by_phase[_phase()] += self.flop_counts["Global"][func_packet] - before
+        self._by_phase[_phase(self._optimizer_depth > 0)] += self.flop_counts["Global"][func_packet] - before
         return out
 
     @property
@@ -92,6 +120,10 @@ class FlopMeter(FlopCounterMode):
     @property
     def recompute_flops(self) -> int:
         return self._by_phase["recompute"]
+
+    @property
+    def optimizer_flops(self) -> int:
+        return self._by_phase["optimizer"]
 
     @property
     def model_flops(self) -> int:

@@ -20,7 +20,7 @@ OFF = ("none", "off", "")
 PRESENT = "\x00present"  # a dimension's "default" when only its presence varies
 UNSET_TOO = "\x00unset"  # a switch's "default" when some runs leave it unset
 LABEL_LIMIT = 40  # as figures.LABEL_LIMIT, not imported from there: figures imports frames, which imports arms
-PROVENANCE_ORDER = {"measured": 0, "estimated": 1, "simulated": 2}
+PROVENANCE_ORDER = {"measured": 0, "counted": 1, "estimated": 2, "simulated": 3}
 # Distinct hues, grey left out (grey and hollow markers mean "shown, not judged" in the claim figures):
 # tab10, then dark and light colours far from its hues.
 PALETTE = [

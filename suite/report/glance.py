@@ -32,15 +32,17 @@ COLOURS = {
     "not testable here": "#80868b",
     "measured, no paper value": "#5b6fa8",
 }
-MARKERS = {"measured": "o", "estimated": "D", "projected": "^"}
+MARKERS = {"measured": "o", "counted": "s", "estimated": "D", "projected": "^"}
 SHOWN = "#7d7d7d"
 VERDICT_WIDTH = text_inches(["measured, no paper value"]) + 0.2
 
 
 def kind(evidence: str | None) -> str:
-    """measured, estimated or projected (suite/sim's simulated records project time)."""
+    """measured, counted, estimated or projected (suite/sim's simulated records project time)."""
     if evidence is None or evidence.startswith("measured"):
         return "measured"
+    if evidence == "counted":
+        return "counted"
     return "projected" if evidence == "simulated" else "estimated"
 
 
@@ -207,6 +209,7 @@ def _legend_handles() -> list:
         Line2D([], [], color="black", marker="|", linestyle="", markersize=12, label="paper's value"),
         Patch(color="#dadce0", label="paper's band"),
         marker(MARKERS["measured"], "measured"),
+        marker(MARKERS["counted"], "counted"),
         marker(MARKERS["estimated"], "estimated"),
         marker(MARKERS["projected"], "projected (shown)", hollow=True),
         marker(MARKERS["measured"], "other setting (shown)", hollow=True),
