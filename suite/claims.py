@@ -47,6 +47,9 @@ from typing import Any
 
 import yaml
 
+from suite.errors import ClaimsError
+from suite.metrics import METRIC_FIELDS, METRICS
+
 KINDS = ("ratio", "quality", "mechanism")
 PROTOCOLS = ("tokens", "flops", "time", "target")
 TESTS = ("equivalence", "non-inferiority")
@@ -80,10 +83,6 @@ _FIELDS = {
     "what_would_test",
     "command",
 }
-
-
-class ClaimsError(ValueError):
-    """A claims.yaml that cannot be read or breaks the format; the message names the file, claim and field."""
 
 
 @dataclass(frozen=True)
@@ -416,7 +415,6 @@ def _text(value: Any) -> str | None:
 
 
 def _metric(e: _Entry, kind: str) -> dict[str, Any]:
-    from suite.verdicts import METRIC_FIELDS, METRICS
 
     spec = e.get("metric", dict)
     name = spec.get("name")

@@ -83,7 +83,8 @@ def test_report_does_not_import_the_training_loop_or_fsdp():
 @pytest.mark.parametrize("module", ["suite.errors", "suite.compare"])
 def test_low_modules_import_no_command(module):
     loaded = _loaded_after(f"import {module}")
-    assert not {m for m in loaded if m.startswith("suite.")} - {module, "suite.records", "suite.atomic"}
+    low = {module, "suite.records", "suite.atomic", "suite.arms", "suite.config"}
+    assert not {m for m in loaded if m.startswith("suite.")} - low
 
 
 def test_errors_imports_nothing_of_the_suite():
@@ -93,3 +94,67 @@ def test_errors_imports_nothing_of_the_suite():
 def test_evaluate_command_does_not_import_the_cli():
     # the cli imports the evaluate command to register it; the reverse made a cycle
     assert "suite.cli" not in _loaded_after("import suite.evals.command")
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Module -> the modules of the tree it imports at run time (imports under `if TYPE_CHECKING` are
+    annotations only and make no circle); `from package import submodule` names the submodule."""
+    paths = {}
+    for top in ("suite", *OUTSIDE):
+        for path in (ROOT / top).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in paths.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                node.body = []
+        wanted = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                wanted |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                subs = {f"{node.module}.{a.name}" for a in node.names} & set(paths)
+                wanted |= subs if len(subs) == len(node.names) else {node.module, *subs}
+        graph[name] = set()
+        for target in wanted:
+            while target and target not in paths:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                graph[name].add(target)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, found = {}, {}, [], []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while (w := stack.pop()) != v:
+                component.append(w)
+            if component:
+                found.append(sorted([v, *component]))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circles_in_suite_baselines_or_reproductions():
+    assert _cycles(_module_graph()) == []
+
+
+def test_the_circle_finder_sees_a_circle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

@@ -17,7 +17,7 @@ from suite.claims import claims_for
 from suite.config import RunConfig
 from suite.meters.flops import FlopMeter
 from suite.models import build_model
-from suite.verdicts import _arm
+from suite.metrics import _arm
 
 sdp_plan = importlib.import_module("reproductions.sdp.plan")  # the package exports its plan function as `plan`
 

@@ -13,8 +13,7 @@ from contextlib import nullcontext
 import torch
 
 from reproductions.flash_io.micro import BACKENDS, sdpa
-
-RANGE = "attention"
+from reproductions.flash_io.ncu import RANGE
 
 
 def main(argv: list[str] | None = None) -> int:

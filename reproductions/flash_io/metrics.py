@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from suite.verdicts import Samples, metric
+from suite.metrics import Samples, metric
 
 
 def _item_rows(df: pd.DataFrame, method: str, hardware: str | None = None) -> tuple[list[dict], pd.DataFrame]:
