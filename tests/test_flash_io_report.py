@@ -9,9 +9,9 @@ import pytest
 from reproductions.flash_io import report
 from reproductions.flash_io.count import count_io
 from suite.claims import load_claims
+from suite.metrics import METRICS
 from suite.micro import Microbench, micro_record
 from suite.records import load_records, write_record
-from suite.metrics import METRICS
 from suite.verdicts import claim_frame, judge_all
 
 CLAIMS = Path(report.__file__).with_name("claims.yaml")

@@ -92,7 +92,7 @@ def test_one_seed_and_no_sweeps(monkeypatch, tmp_path):
         for s in (0, 1, 2)
         for r in ("sdp", "sdp-sweep")
     ]
-    monkeypatch.setattr("suite.plans.load_plan", lambda name, preset: Plan(name, preset, runs, protocol="tokens"))
+    monkeypatch.setattr("suite.plans.load_plan", lambda name, preset: Plan(preset, runs, protocol="tokens", name=name))
     commands = gpu_check.run_commands("sdp", tmp_path)
     assert len(commands) == 1
     args = parser().parse_args(suite_argv(commands[0]))

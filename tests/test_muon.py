@@ -121,5 +121,5 @@ def test_errors_name_the_fix():
 
 def test_spec_parses_its_parameters():
     method, mine = split_variant(RunConfig(optimizer="muon", variant={"adjust_lr": "max1", "nesterov": "false"}))
-    assert method == {} and mine == {"adjust_lr": "max1", "nesterov": False}
+    assert method == {} and mine == {"mu": 0.95, "adjust_lr": "max1", "nesterov": False}  # declared defaults too
     assert MUON.name == "muon"

@@ -278,11 +278,13 @@ def test_run_page_shows_curve_memory_ledger_and_environment(site):
     assert curve.count("<tr>") == 1 + 8  # header and one row per step
 
 
-def test_a_broken_claim_is_reported_on_the_page(tmp_path):
-    (tmp_path / "claims.yaml").write_text(SDP_CLAIMS_YAML.replace("field: peak_bytes_max", "field: peak_memory"))
-    record = _bare(make_record("ddp", 0, reproduction="sdp"))
-    index = build_report_for([record], [], tmp_path / "site", {"sdp": load_claims(tmp_path / "claims.yaml")})
-    assert "Claims not evaluated: " in index.read_text() and "peak_memory" in index.read_text()
+def test_a_claim_that_cannot_be_judged_is_reported_on_the_page(tmp_path):
+    """Its baseline side matches DDP at two world sizes: two arms, which a verdict never pools."""
+    (tmp_path / "claims.yaml").write_text(SDP_CLAIMS_YAML)
+    records = [make_record("ddp", 0, reproduction="sdp", protocol="flops", world_size=w) for w in (2, 4)]
+    records.append(make_record("b-sdp", 0, reproduction="sdp", protocol="flops", variant={"C": 0.5}))
+    index = build_report_for(records, [], tmp_path / "site", {"sdp": load_claims(tmp_path / "claims.yaml")})
+    assert "Claims not evaluated: " in index.read_text() and "matches 2 arms" in index.read_text()
 
 
 def test_rebuilding_removes_pages_of_runs_that_are_gone(tmp_path):

@@ -118,8 +118,8 @@ def test_estimated_bytes_equal_the_formula(world, sets):
         ({"fsdp": "worker", "G": 2}, 3, "multiple of G"),
         ({"fsdp": "worker", "G": 4, "C": 0.5}, 4, r"K = 4 ranks / G=4 = 1"),
         ({"fsdp": "holders", "G": 2}, 2, "only with --set fsdp=worker"),
-        ({"fsdp": "rows"}, 2, "fsdp=holders"),
-        ({"fsdp": "worker", "G": 0}, 2, "devices per SDP worker"),
+        ({"fsdp": "rows"}, 2, "fsdp must be one of none, holders, worker"),
+        ({"fsdp": "worker", "G": 0}, 2, "G must be a whole number >= 1"),
     ],
 )
 def test_bad_composition_is_one_line(variant, world, fix):

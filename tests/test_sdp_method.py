@@ -141,12 +141,12 @@ def test_dropped_blocks_are_the_identity_and_own_no_parameters():
     "variant,nproc,fix",
     [
         ({"K": 4}, 2, "--nproc 4"),
-        ({"C": 1.5}, 2, r"C must be in \(0, 1\]"),
+        ({"C": 1.5}, 2, r"C must be a number in \(0, 1\]"),
         ({"C": "half"}, 2, "--set C=0.5"),
         ({"C": 0.25}, 2, "C=0.5 or more"),
         ({"aggregation": "ring"}, 2, "aggregation=groups"),
-        ({"K": "four"}, 2, "equal to --nproc"),
-        ({"check_every": -1}, 2, "0 turns them off"),
+        ({"K": "four"}, 2, "K must be a whole number >= 1"),
+        ({"check_every": -1}, 2, "check_every must be a whole number >= 0"),
     ],
 )
 def test_bad_parameters_name_the_fix(variant, nproc, fix):

@@ -16,8 +16,8 @@ from reproductions.sdp.method import count_blocks
 from suite.claims import claims_for
 from suite.config import RunConfig
 from suite.meters.flops import FlopMeter
-from suite.models import build_model
 from suite.metrics import _arm
+from suite.models import build_model
 
 sdp_plan = importlib.import_module("reproductions.sdp.plan")  # the package exports its plan function as `plan`
 

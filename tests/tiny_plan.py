@@ -55,18 +55,25 @@ def _killed() -> RunConfig:
     return cfg
 
 
+PRESETS = {
+    "smoke": lambda: [_run("ddp", 5), _run("test-flaky", 5)],
+    "slurm": lambda: [_run("ddp", 5)],
+    "slow": lambda: [_run("test-flaky", 200, sleep_s=0.2)],
+    "killed": lambda: [_killed()],
+}
+
+
 def plan(preset: str) -> Plan:
     item = Microbench("matmul", "tests.tiny_plan:matmul", [{"n": 16}], repeat=2)
-    runs = {
-        "smoke": [_run("ddp", 5), _run("test-flaky", 5)],
-        "slurm": [_run("ddp", 5)],
-        "slow": [_run("test-flaky", 200, sleep_s=0.2)],
-        "killed": [_killed()],
-    }[preset]
+    runs = PRESETS[preset]()
     micro = [item] if preset in ("smoke", "slurm") else []
     return Plan(preset, runs, protocol="equal tokens", micro=micro)
 
 
 REPRODUCTION = Reproduction(
-    "test-plan", "a tiny plan for the resume, leak and SLURM tests", methods=(FlakyDDP,), plan=plan
+    "test-plan",
+    "a tiny plan for the resume, leak and SLURM tests",
+    methods=(FlakyDDP,),
+    plan=plan,
+    presets=tuple(PRESETS),
 )
