@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import shlex
 import sys
@@ -122,6 +123,8 @@ def check_config(cfg: RunConfig) -> None:
         method_params, _ = optim.split_variant(cfg)
         if cfg.nproc < 1:
             raise ValueError(f"--nproc must be at least 1, got {cfg.nproc}")
+        if cfg.max_tokens is not None and not (math.isfinite(cfg.max_tokens) and cfg.max_tokens > 0):
+            raise ValueError(f"--max-tokens must be a finite number above 0, got {cfg.max_tokens}")
         if not 0 <= cfg.seed < 2**63:
             raise ValueError(f"--seed must be in [0, 2**63), got {cfg.seed}")
         if cfg.micro_batch < 1 or cfg.grad_accum < 1 or cfg.seq_len < 2:

@@ -11,9 +11,11 @@ import pytest
 from suite.cli import config_from_args, parser
 from suite.config import RunConfig, command_line
 from suite.extensions import reproductions
+from suite.optim import split_variant
 from suite.plans import Estimate, load_plan
 from suite.records import read_record, validate
 from suite.reproduce import run_estimate
+from suite.strategy import get_strategy
 
 A100 = "4xA100-nvlink-4x200gbIB"
 
@@ -23,7 +25,15 @@ def test_smoke_commands_give_back_their_runs(name):
     for cfg in load_plan(name, "smoke").runs:
         argv = shlex.split(command_line(cfg))[3:]
         back = config_from_args(parser().parse_args(argv), argv)
-        assert dataclasses.replace(back, command="", results=cfg.results) == dataclasses.replace(cfg, command="")
+        plain = dataclasses.replace(back, command="", results=cfg.results, variant=cfg.variant)
+        assert plain == dataclasses.replace(cfg, command="")
+        # the command carries parameters as text; the method's and optimizer's Params read them back the same
+        assert _parsed(back) == _parsed(cfg)
+
+
+def _parsed(cfg: RunConfig) -> tuple[dict, dict]:
+    method, optimizer = split_variant(cfg)
+    return get_strategy(cfg, method).variant, optimizer
 
 
 def test_estimates_write_estimated_and_simulated_records(tmp_path):
