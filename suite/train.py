@@ -10,6 +10,7 @@ ledger sees training steps only, never the loop's control messages or evaluation
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
 import os
 import sys
@@ -502,6 +503,21 @@ def train(cfg: RunConfig) -> Path:
         worker.fail(err)
         raise
     finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        del worker
+        _end_process_groups()
     return cfg.record_path()
+
+
+def _end_process_groups() -> None:
+    """Destroy the process groups and end gloo's threads while the interpreter is still whole (issue 32).
+
+    destroy_process_group() only unregisters the groups: a gloo group's threads run until its last reference
+    goes, and the worker's references sit in cycles (the meters' closures hold the worker) that only the cycle
+    collector frees, so they were alive as the interpreter exited. A gloo thread that drops the last reference
+    to a tensor Python has let go takes the GIL to free its Python object (torch's PyInterpreter decref); if
+    finalization starts while it waits, Python ends that thread inside the tensor's noexcept destructor and the
+    process aborts. Collecting here joins those threads first.
+    """
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    gc.collect()
