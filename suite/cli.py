@@ -19,6 +19,7 @@ from suite.claims import ClaimsError
 from suite.config import RunConfig, apply_sets
 from suite.errors import UsageError
 from suite.evals import add_evaluate_command
+from suite.records import FINISHED
 
 
 def _run_parser(sub) -> None:
@@ -188,8 +189,8 @@ def resume_config(record_path: str) -> RunConfig:
         raise UsageError(f"no record at {record_path!r}; give the path `run` printed") from None
     except RecordError as err:
         raise UsageError(str(err)) from None
-    if rec["status"] == "complete":
-        raise UsageError(f"{record_path} is complete: nothing to resume")
+    if rec["status"] in FINISHED:
+        raise UsageError(f"{record_path} is {rec['status']}: nothing to resume")
     try:
         return checkpoint.resumable_config(rec | {"_path": record_path})
     except checkpoint.CheckpointError as err:
@@ -219,7 +220,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
 
     status = read_record(path)["status"] if path.exists() else "failed"
     print(path)
-    return 0 if status == "complete" else 1
+    return 0 if status in FINISHED else 1
 
 
 def cmd_report(args: argparse.Namespace, argv: list[str]) -> int:
@@ -287,7 +288,7 @@ def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"report not written: {err}", file=sys.stderr)
     if (own := get_reproduction(args.name).report) is not None:
         print(own(results, report))
-    return 0 if not missing and all(r["status"] == "complete" for r in records) else 1
+    return 0 if not missing and all(r["status"] in FINISHED for r in records) else 1
 
 
 def cmd_verdicts(args: argparse.Namespace, argv: list[str]) -> int:

@@ -20,7 +20,7 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 from suite.checkpoint import latest, run_folder
 from suite.config import RunConfig
 from suite.recorder import failed_record, new_run_id
-from suite.records import RecordError, read_record, write_record
+from suite.records import FINISHED, RecordError, read_record, write_record
 
 
 def under_torchrun() -> bool:
@@ -81,14 +81,14 @@ def _mark_failed(cfg: RunConfig, error: str) -> None:
 
 
 def close_record(cfg: RunConfig, status: str, account: Callable[[str | None], str]) -> None:
-    """Write `cfg`'s record with `status` and the error `account(what the workers had written)`; a complete
-    record stays as it is, and a missing or unreadable one is made from the config."""
+    """Write `cfg`'s record with `status` and the error `account(what the workers had written)`; a finished
+    (complete or diverged) record stays as it is, and a missing or unreadable one is made from the config."""
     path = cfg.record_path()
     try:
         rec = read_record(path)
     except (RecordError, OSError):
         rec = failed_record(cfg, cfg.nproc, "")
-    if rec["status"] == "complete":
+    if rec["status"] in FINISHED:
         return
     rec["status"], rec["error"] = status, account(rec.get("error") or None)
     write_record(rec, path)

@@ -19,6 +19,8 @@ from suite.atomic import atomic_write, is_temporary
 __all__ = ["atomic_write"]  # re-exported: the record's writer, which other writers used before suite.atomic
 
 SCHEMA_VERSION = 1
+# a run that ended: complete, or diverged (its loss became non-finite; run again, it diverges again)
+FINISHED = ("complete", "diverged")
 
 
 class RecordError(ValueError):

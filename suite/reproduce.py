@@ -44,7 +44,7 @@ from suite.launch import close_record, launch
 from suite.micro import Microbench, micro_record
 from suite.plans import Estimate, Plan
 from suite.recorder import failed_record, new_run_id, repository_path
-from suite.records import load_records, read_record, summary_row, write_record
+from suite.records import FINISHED, load_records, read_record, summary_row, write_record
 
 MB = 1e6
 # flags whose value is the folder a command wrote into (left out of the key, as are how a run was kept
@@ -124,7 +124,7 @@ class Folder:
         for rec in load_records(self.path)[0]:
             self.by_key[config_key(rec["command"])].append(rec)
         for recs in self.by_key.values():
-            complete = [r["_path"] for r in recs if r["status"] == "complete"]
+            complete = [r["_path"] for r in recs if r["status"] in FINISHED]
             if len(complete) > 1:
                 _say(
                     f"warning: {len(complete)} complete records of one configuration ({', '.join(complete)}); "
@@ -135,8 +135,8 @@ class Folder:
         return list(self.by_key.get(config_key(command), []))
 
     def done(self, command: str, same: Callable[[dict], bool] | None = None) -> dict | None:
-        """The newest complete record of this configuration, or None."""
-        found = [r for r in self.records_of(command) if r["status"] == "complete" and (same is None or same(r))]
+        """The newest finished (complete or diverged) record of this configuration, or None."""
+        found = [r for r in self.records_of(command) if r["status"] in FINISHED and (same is None or same(r))]
         return max(found, key=lambda r: (r["created"], r["_path"]), default=None)
 
     def add(self, record: dict, path: Path) -> None:
@@ -147,7 +147,7 @@ class Folder:
         for old in self.by_key.get(key, []):
             if Path(old["_path"]) == path:
                 continue  # the same file, rewritten
-            if record["status"] == "complete" or old["status"] != "complete":
+            if record["status"] in FINISHED or old["status"] not in FINISHED:
                 self._remove(old, path)
             else:
                 keep.append(old)
@@ -203,7 +203,7 @@ def run_item(cfg: RunConfig, folder: Folder, progress: str, fresh: bool) -> dict
     """One planned run (`plan_run` has set its command): skipped when done, launched otherwise."""
     done = None if fresh else folder.done(cfg.command, same_settings(dataclasses.asdict(cfg)))
     if done is not None:
-        _say(f"skip [{progress}] {cfg.command}: complete record {done['_path']}")
+        _say(f"skip [{progress}] {cfg.command}: {done['status']} record {done['_path']}")
         return done
     _say(f"[{progress}] {cfg.command}")
     cfg.run_id = cfg.run_id or new_run_id(cfg)
@@ -281,7 +281,7 @@ def _micro_item(plan: Plan, item: Microbench, folder: Folder, progress: str, fre
     command = micro_command(plan, item, folder.path)
     done = None if fresh else folder.done(command, same_item(item))
     if done is not None:
-        _say(f"skip [{progress}] {command}: complete record {done['_path']}")
+        _say(f"skip [{progress}] {command}: {done['status']} record {done['_path']}")
         return done
     record = run_micro(plan, item, folder.path, progress)
     folder.add(record, Path(record["_path"]))
@@ -335,7 +335,7 @@ def _estimate_item(est: Estimate, folder: Folder, progress: str, fresh: bool) ->
     command = estimate_command(est, folder.path)
     done = None if fresh else folder.done(command, same_settings(dataclasses.asdict(prepare(est.cfg))))
     if done is not None:
-        _say(f"skip [{progress}] {command}: complete record {done['_path']}")
+        _say(f"skip [{progress}] {command}: {done['status']} record {done['_path']}")
         record = done
     else:
         _say(f"[{progress}] {command}")

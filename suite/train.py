@@ -274,13 +274,18 @@ class Worker:
             faults.note_progress(self.record["faults"], at.step)
             evaluate = at.step % cfg.eval_every == 0
             val_loss = self.evaluate() if evaluate else None
+            train_loss = self._mean(loss.item())  # every step: a non-finite loss ends the run where it appears
             progress = Progress(at.step, at.tokens, at.step * at.flops_per_step, clock.elapsed, val_loss)
             self.spent = self.protocol.fraction(progress)
-            stop = self._broadcast(self.protocol.done(progress) if self.rank == 0 else None)
-            if stop and val_loss is None:
+            diverged = not math.isfinite(train_loss) or (val_loss is not None and not math.isfinite(val_loss))
+            stop, diverged = self._broadcast((self.protocol.done(progress), diverged) if self.rank == 0 else None)
+            if stop and val_loss is None and not diverged:
                 progress = dataclasses.replace(progress, val_loss=self.evaluate())
-            if evaluate or stop or at.step % cfg.log_every == 0 or at.step == 1:
-                self._log(progress, self._mean(loss.item()), clock)
+            if evaluate or stop or diverged or at.step % cfg.log_every == 0 or at.step == 1:
+                self._log(progress, train_loss, clock)
+            if diverged:
+                self._close(progress, clock, at.flops_per_step, diverged=(train_loss, progress.val_loss))
+                return
             if stop:
                 break
             if cfg.checkpoint_every and at.step >= next_checkpoint and not self.metering.straddles(at.step):
@@ -379,8 +384,8 @@ class Worker:
                 "tokens": p.tokens,
                 "flops": p.flops,
                 "wall_s": p.wall_s,
-                "train_loss": train_loss,
-                "val_loss": p.val_loss,
+                "train_loss": _finite_or_none(train_loss),
+                "val_loss": _finite_or_none(p.val_loss),
             }
         )
         if self.rank != 0:
@@ -408,8 +413,12 @@ class Worker:
         dist.all_gather_object(out, obj, group=self.control)
         return out
 
-    def _close(self, p: Progress, clock: StepClock, flops_per_step: float) -> None:
+    def _close(self, p: Progress, clock: StepClock, flops_per_step: float, diverged: tuple | None = None) -> None:
+        """The record of a run that ended: `complete`, or `diverged` with its (train, val) losses at the step
+        a non-finite one appeared (its curve ends there, non-finite values as null)."""
         rec = self.record
+        if diverged is not None:
+            p = dataclasses.replace(p, val_loss=_finite_or_none(p.val_loss))
         results = self._gather(self.metering.results())
         rec["totals"] = {"steps": p.step, "tokens": p.tokens, "flops": 0, "hardware_flops": 0, "wall_s": clock.elapsed}
         rec["protocol"] = self.protocol.describe(p)
@@ -433,7 +442,14 @@ class Worker:
             "(clipping included) and after-step work",
             "mfu": (flops_per_step / step_s) / (peak * self.world) if peak and step_s and flops_per_step else None,
         }
-        rec["status"] = "complete"
+        rec["status"] = "complete" if diverged is None else "diverged"
+        if diverged is not None:
+            train, val = diverged
+            rec["error"] = (
+                f"diverged: the loss became non-finite at step {p.step} (train loss {train:g}"
+                + (f", validation loss {val:g})" if val is not None else ")")
+                + "; lower --set lr or raise warmup_steps"
+            )
         self._write()
 
     def _write(self) -> None:
@@ -458,6 +474,11 @@ class Worker:
             self._write()
         except Exception as write_err:  # the original error matters more than this one
             print(f"could not write the record: {write_err}", file=sys.stderr)
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    """JSON has no NaN or Infinity: a diverged run's non-finite losses are recorded as null."""
+    return value if value is not None and math.isfinite(value) else None
 
 
 def train(cfg: RunConfig) -> Path:

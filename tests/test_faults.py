@@ -193,3 +193,19 @@ def test_a_plan_run_again_resumes_its_killed_run_from_the_checkpoint(tmp_path):
     done = read_record(again)
     assert again == path and done["status"] == "complete"
     assert done["faults"]["resumes"][0]["from_step"] == 3 and [p["step"] for p in done["curve"]][-1] == 8
+
+
+@pytest.mark.slow
+def test_a_run_whose_loss_becomes_non_finite_ends_cleanly_as_diverged(tmp_path):
+    # lr=100 on llama-tiny: the loss goes 5.5, thousands, then nan (within 6 steps on this stack)
+    proc = run_cli(
+        ["run", "ddp", "--nproc", "2", "--tokens", "5000", *SMALL[:-2], "--set", "lr=100", "--set", "warmup_steps=0"]
+        + ["--results", str(tmp_path)]
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    rec = read_record(proc.stdout.strip().splitlines()[-1])
+    assert rec["status"] == "diverged" and "non-finite at step" in rec["error"], rec["error"]
+    last = rec["curve"][-1]
+    assert last["train_loss"] is None and rec["totals"]["steps"] == last["step"] < 5000 // 128
+    assert all(p["train_loss"] is not None for p in rec["curve"][:-1])  # the curve up to there
