@@ -44,6 +44,7 @@ def _run_parser(sub) -> None:
     p.add_argument("--no-meters", dest="meters", action="store_false", help="turn the meters off")
     p.add_argument("--evals", default="", help="lm-eval tasks on the final model: local (heldout_next) or hub names")
     p.add_argument("--checkpoint", help="save the final full model here (for `python -m suite evaluate`)")
+    p.add_argument("--over-limits", action="store_true", help="run beyond this machine's memory or cores")
     p.add_argument(
         "--set",
         dest="sets",
@@ -105,9 +106,10 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> RunConfig:
         raise UsageError(str(err)) from None
 
 
-def check_config(cfg: RunConfig) -> None:
-    """Every check that needs no worker; raises UsageError with the fix."""
-    from suite import data, models, optim, protocols, strategy
+def check_config(cfg: RunConfig, machine: bool = True) -> None:
+    """Every check that needs no worker; raises UsageError with the fix. `machine`: also against this
+    machine's memory and cores (suite/limits.py)."""
+    from suite import data, limits, models, optim, protocols, strategy
     from suite.config import check_lr_decay, check_precision
 
     try:
@@ -123,6 +125,7 @@ def check_config(cfg: RunConfig) -> None:
         if cfg.micro_batch < 1 or cfg.grad_accum < 1 or cfg.seq_len < 2:
             raise ValueError("micro_batch and grad_accum must be >= 1 and seq_len >= 2 (--set KEY=VALUE)")
         _check_faults(cfg)
+        limits.check(cfg, machine)
         _check_data(cfg.data or data.default_data_for(kind), cfg.data_root)
         strategy.get_strategy(cfg, method_params).check(cfg.nproc)
         if cfg.evals:
@@ -207,7 +210,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     cfg = resume_config(args.resume) if args.resume else config_from_args(args, argv)
     if under_torchrun():
         cfg.nproc = int(os.environ["WORLD_SIZE"])
-    check_config(cfg)
+    check_config(cfg, machine=not args.over_limits)
     if under_torchrun():
         from suite.train import train
 
@@ -215,7 +218,13 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         if int(os.environ.get("RANK", 0)) == 0:
             print(path)
         return 0
-    path = launch(cfg)
+    if args.resume:  # a plan resuming the same run would write beside it (suite/lock.py)
+        from suite.lock import one_writer
+
+        with one_writer(cfg.results, "run --resume"):
+            path = launch(cfg)
+    else:
+        path = launch(cfg)
     from suite.records import read_record
 
     status = read_record(path)["status"] if path.exists() else "failed"
@@ -257,7 +266,7 @@ def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
         cfg.checkpoint_every, cfg.max_restarts = args.checkpoint_every, args.max_restarts
     for cfg in plan.runs:
         # a cluster's nodes have the GPUs this machine (a login node) may lack
-        check_config(dataclasses.replace(cfg, device="cpu") if on_slurm else cfg)
+        check_config(dataclasses.replace(cfg, device="cpu") if on_slurm else cfg, machine=not on_slurm)
     for note in plan.notes:
         print(f"note: {note}", file=sys.stderr)
     missing = 0
@@ -412,7 +421,7 @@ def cmd_estimate(args: argparse.Namespace, argv: list[str]) -> int:
         raise UsageError(
             f"--world-size and --gpus-per-node must be at least 1, got {args.world_size} and {args.gpus_per_node}"
         )
-    check_config(cfg)
+    check_config(cfg, machine=False)  # fake tensors: any world size and model fit
     if args.measure:
         check_config(dataclasses.replace(cfg, device=args.device))
     rec = estimate(cfg, args.gpus_per_node, args.ranks)

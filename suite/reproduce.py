@@ -41,6 +41,7 @@ from suite import config
 from suite.checkpoint import CheckpointError, latest, resumable_config, run_folder
 from suite.config import RunConfig, command_line
 from suite.launch import close_record, launch
+from suite.lock import one_writer
 from suite.micro import Microbench, micro_record
 from suite.plans import Estimate, Plan
 from suite.recorder import failed_record, new_run_id, repository_path
@@ -176,17 +177,18 @@ def plan_run(cfg: RunConfig, results: Path) -> RunConfig:
 def run_plan(plan: Plan, results: Path, fresh: bool = False) -> list[dict]:
     """Every item of the plan in order, skipping those done (unless `fresh`); a failed run is recorded and
     the plan goes on. Returns the plan's records, skipped items' included; Interrupted on a signal."""
-    folder = Folder(results)
-    total = len(plan.runs) + len(plan.estimates) + len(plan.micro)
-    try:
-        records = [
-            run_item(plan_run(cfg, results), folder, f"{i}/{total}", fresh) for i, cfg in enumerate(plan.runs, 1)
-        ]
-        return records + run_local_items(plan, folder, fresh, len(plan.runs), total)
-    except KeyboardInterrupt:
-        raise Interrupted(signal.SIGINT) from None
-    except SignalException as err:  # torchrun's agent turns SIGINT and SIGTERM into this once it has run
-        raise Interrupted(err.sigval) from None
+    with one_writer(results, f"reproduce {plan.name}"):
+        folder = Folder(results)
+        total = len(plan.runs) + len(plan.estimates) + len(plan.micro)
+        try:
+            records = [
+                run_item(plan_run(cfg, results), folder, f"{i}/{total}", fresh) for i, cfg in enumerate(plan.runs, 1)
+            ]
+            return records + run_local_items(plan, folder, fresh, len(plan.runs), total)
+        except KeyboardInterrupt:
+            raise Interrupted(signal.SIGINT) from None
+        except SignalException as err:  # torchrun's agent turns SIGINT and SIGTERM into this once it has run
+            raise Interrupted(err.sigval) from None
 
 
 def run_local_items(plan: Plan, folder: Folder, fresh: bool, before: int, total: int) -> list[dict]:
@@ -225,7 +227,7 @@ def _run_one(cfg: RunConfig, existing: list[dict]) -> Path:
     that a checkpoint can resume is resumed (`run --resume`) instead of started again.
     """
     try:
-        resumed = _resumable(existing)
+        resumed = _resumable(existing, cfg)
         if resumed is not None:
             _say(f"resume {resumed.record_path()} from {latest(run_folder(resumed))}")
         return launch(resumed or cfg)
@@ -236,13 +238,15 @@ def _run_one(cfg: RunConfig, existing: list[dict]) -> Path:
         return cfg.record_path()
 
 
-def _resumable(existing: list[dict]) -> RunConfig | None:
-    """The config that continues the newest incomplete record of the configuration from its checkpoint."""
+def _resumable(existing: list[dict], planned: RunConfig) -> RunConfig | None:
+    """The planned config continuing the newest incomplete record of the configuration from its checkpoint,
+    when the checkpoints beside it are of that very configuration (suite.checkpoint.resumable_config)."""
     for rec in sorted((r for r in existing if r["status"] == "incomplete"), key=lambda r: r["created"], reverse=True):
         try:
-            return resumable_config(rec)
-        except CheckpointError:
-            continue
+            return resumable_config(rec, planned)
+        except CheckpointError as err:
+            if (rec.get("faults") or {}).get("checkpoint_every"):  # it made checkpoints: say why they are not used
+                _say(f"not resuming {rec['_path']}: {err}")
     return None
 
 

@@ -100,6 +100,7 @@ class Worker:
         if not dist.is_initialized():
             device_id = self.device if self.device.type == "cuda" else None
             dist.init_process_group(backend, device_id=device_id, timeout=timeout, **faults.attempt_store(timeout))
+        faults.rendezvous_done()
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         # a separate group for the loop's own control messages keeps them out of the ledger's groups
         self.control = dist.new_group(backend="gloo")
@@ -317,7 +318,7 @@ class Worker:
 
     def _resume(self, clock: StepClock) -> Position:
         """Continue from the newest checkpoint: every rank's state, the clock, the meters and the partial record."""
-        path = ckpt.latest(ckpt.run_folder(self.cfg))
+        path = self._intact_checkpoint()
         self._settle_wrappers()
         loop = ckpt.load(self, path)
         at = Position(loop["step"], loop["tokens"], loop["flops_per_step"])
@@ -328,7 +329,22 @@ class Worker:
         if self.rank == 0:
             self.record = {**loop["record"], "error": None}
             faults.note_resume(self.cfg, self.record["faults"], at.step, self.started)
+            self.record["faults"]["resumes"][-1]["refused_checkpoints"] = self.refused_checkpoints
         return at
+
+    def _intact_checkpoint(self) -> Path:
+        """The newest checkpoint whose checksums hold (rank 0 verifies; every rank loads the same one)."""
+        folder = ckpt.run_folder(self.cfg)
+        path, refused = self._broadcast(ckpt.newest_intact(folder) if self.rank == 0 else None)
+        if self.rank == 0:
+            for why in refused:
+                print(f"refused checkpoint {why}", file=sys.stderr, flush=True)
+        if path is None:
+            raise ckpt.CheckpointError(f"no intact checkpoint in {folder}: {'; '.join(refused)}")
+        if refused and self.rank == 0:
+            print(f"resuming from the previous intact checkpoint, {path.name}", file=sys.stderr, flush=True)
+        self.refused_checkpoints = refused
+        return path
 
     def _settle_wrappers(self) -> None:
         """One forward and backward whose gradients are thrown away, before the checkpoint is loaded over them.
@@ -465,7 +481,7 @@ class Worker:
 
     def fail(self, err: BaseException) -> None:
         """Rank 0 records how the run ended; other ranks leave that to it (or to the launcher)."""
-        resumable = ckpt.latest(ckpt.run_folder(self.cfg)) is not None
+        resumable = ckpt.newest_intact(ckpt.run_folder(self.cfg))[0] is not None
         if self._resuming() and self.resumed_from is None:
             self._keep_written_record()
         self.record["status"] = "incomplete" if resumable or isinstance(err, KeyboardInterrupt) else "failed"
