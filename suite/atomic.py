@@ -24,6 +24,21 @@ _UMASK = os.umask(0o022)
 os.umask(_UMASK)
 
 
+class DiskFull(OSError):
+    """A write that ran out of space; its temporary is removed and the older file kept."""
+
+
+def disk_full(err: OSError, path: Path, written: int) -> OSError:
+    """`err` as one line naming the cause, when it is a full disk (ENOSPC, EDQUOT); else `err` itself."""
+    if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return err
+    return DiskFull(
+        err.errno,
+        f"no space left on the disk of {str(path.parent)!r} for {path.name}: {written:,} bytes written and "
+        f"more needed ({shutil.disk_usage(path.parent).free:,} free); free some space and run again",
+    )
+
+
 class NotAFile(ValueError):
     """What a reader was given is no regular file (a FIFO, a device, a folder), or one beyond its size limit."""
 
@@ -69,6 +84,10 @@ def atomic_write(path: str | Path, write: Callable[[IO], None], binary: bool = F
             os.fchmod(f.fileno(), 0o666 & ~_UMASK)
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as err:
+        written = Path(tmp).stat().st_size if Path(tmp).exists() else 0
+        Path(tmp).unlink(missing_ok=True)
+        raise disk_full(err, path, written) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

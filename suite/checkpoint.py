@@ -42,7 +42,7 @@ from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
-from suite.atomic import atomic_write, publish_folder, temporary_folder
+from suite.atomic import DiskFull, atomic_write, publish_folder, temporary_folder
 from suite.config import RunConfig
 from suite.recorder import REPOSITORY
 from suite.strategy import local_tensor
@@ -286,15 +286,23 @@ def save(worker: Worker, step: int, loop: dict) -> Path:
         text = json.dumps(state, allow_nan=True)
     except TypeError as err:
         raise CheckpointError(f"a run's state must be plain data to be checkpointed: {err}") from None
-    dcp.save(_tensors(worker, state["generators"]), storage_writer=FileSystemWriter(tmp), process_group=worker.control)
-    texts = [None] * worker.world
-    dist.all_gather_object(texts, text, group=worker.control)
-    if worker.rank == 0:
-        body = f'{{"step": {step}, "world_size": {worker.world}, "ranks": [{", ".join(texts)}]}}'
-        atomic_write(tmp / "loop.json", lambda f: f.write(body))
-        write_checksums(tmp)
-        publish_folder(tmp, final)
-        _prune(folder)
+    try:
+        writer = FileSystemWriter(tmp)
+        dcp.save(_tensors(worker, state["generators"]), storage_writer=writer, process_group=worker.control)
+        texts = [None] * worker.world
+        dist.all_gather_object(texts, text, group=worker.control)
+        if worker.rank == 0:
+            body = f'{{"step": {step}, "world_size": {worker.world}, "ranks": [{", ".join(texts)}]}}'
+            atomic_write(tmp / "loop.json", lambda f: f.write(body))
+            write_checksums(tmp)
+            publish_folder(tmp, final)
+            _prune(folder)
+    except (Exception, CheckpointException) as err:  # DCP's own is a BaseException; a full disk is the usual one
+        shutil.rmtree(tmp, ignore_errors=True)  # every rank removes the partial checkpoint; older ones stay
+        last = [line for line in str(err).splitlines() if line.strip()][-1:] or [type(err).__name__]
+        full = "No space left" in str(err) or isinstance(err, DiskFull)
+        cause = f"no space left on the disk of {str(folder)!r}" if full else last[0]
+        raise CheckpointError(f"checkpoint {final.name} not written ({cause}); the older ones are kept") from None
     dist.barrier(group=worker.control)  # no rank goes on (or dies) before the checkpoint is complete
     return final
 
@@ -362,7 +370,7 @@ def read_loop(path: Path, world: int) -> dict:
     if data.get("world_size") != world or len(data["ranks"]) != world:
         raise CheckpointError(
             f"{path} was written by {data.get('world_size')} workers, this run has {world}; "
-            "resume with the same --nproc"
+            f"it resumes with {data.get('world_size')} workers only (torchrun --nproc-per-node)"
         )
     return data
 

@@ -7,10 +7,12 @@ the fix instead of a traceback from inside torch and a half-written record.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
 import shlex
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -208,6 +210,8 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     if not args.resume and not args.method:
         raise UsageError("name a method: python -m suite run METHOD (or --resume RECORD)")
     cfg = resume_config(args.resume) if args.resume else config_from_args(args, argv)
+    if args.resume and args.nproc not in (RunConfig.nproc, cfg.nproc):
+        raise UsageError(f"{args.resume} was made by {cfg.nproc} workers and resumes with them; drop --nproc")
     if under_torchrun():
         cfg.nproc = int(os.environ["WORLD_SIZE"])
     check_config(cfg, machine=not args.over_limits)
@@ -218,18 +222,32 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         if int(os.environ.get("RANK", 0)) == 0:
             print(path)
         return 0
-    if args.resume:  # a plan resuming the same run would write beside it (suite/lock.py)
-        from suite.lock import one_writer
+    from torch.distributed.elastic.multiprocessing.api import SignalException
 
-        with one_writer(cfg.results, "run --resume"):
+    from suite.lock import one_writer
+
+    try:
+        # a plan resuming the same run would write beside it (suite/lock.py)
+        with one_writer(cfg.results, "run --resume") if args.resume else contextlib.nullcontext():
             path = launch(cfg)
-    else:
-        path = launch(cfg)
+    except SignalException as err:  # SIGTERM or SIGINT while the workers ran: recorded, no traceback
+        from suite.launch import close_record
+
+        name = signal.Signals(err.sigval).name
+        close_record(cfg, "incomplete", lambda seen: f"interrupted by {name}" + (f"; {seen}" if seen else ""))
+        print(f"interrupted by {name}", file=sys.stderr)
+        print(_shown(cfg.record_path()))
+        return 128 + err.sigval
     from suite.records import read_record
 
     status = read_record(path)["status"] if path.exists() else "failed"
-    print(path)
+    print(_shown(path))
     return 0 if status in FINISHED else 1
+
+
+def _shown(path: Path) -> str:
+    """The path as the last stdout line: quoted where a character (a line break) would break the line."""
+    return str(path) if str(path).isprintable() else repr(str(path))
 
 
 def cmd_report(args: argparse.Namespace, argv: list[str]) -> int:

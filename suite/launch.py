@@ -98,4 +98,7 @@ def close_record(cfg: RunConfig, status: str, account: Callable[[str | None], st
     if rec["status"] in FINISHED:
         return
     rec["status"], rec["error"] = status, account(rec.get("error") or None)
-    write_record(rec, path)
+    try:
+        write_record(rec, path)
+    except OSError as err:  # a full disk: the run's own account goes to stderr instead
+        print(f"could not write the record {path} ({err}); the run ended: {rec['error']}", file=sys.stderr)

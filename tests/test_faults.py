@@ -148,7 +148,7 @@ def test_broken_checkpoint_metadata_is_a_checkpoint_error(tmp_path, blob):
     [
         ("{", "not valid JSON"),
         ("[]", "not a checkpoint's loop state"),
-        ('{"step": 3, "world_size": 4, "ranks": [{}, {}, {}, {}]}', "same --nproc"),
+        ('{"step": 3, "world_size": 4, "ranks": [{}, {}, {}, {}]}', "resumes with 4 workers only"),
     ],
 )
 def test_broken_loop_state_is_a_checkpoint_error(tmp_path, text, message):

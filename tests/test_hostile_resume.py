@@ -83,3 +83,38 @@ def test_a_plan_refuses_a_run_json_that_is_not_the_planned_run(launched, tmp_pat
     err = capsys.readouterr().err
     assert "(planned)" in err and f"{next(iter(changed))} " in err
     assert not any(r["run_id"] == "evil-2" and r["status"] == "complete" for r in load_records(tmp_path)[0])
+
+
+def test_resume_takes_the_nproc_it_was_made_with_and_refuses_another(tmp_path, capsys):
+    cfg = RunConfig(method="ddp", tokens=1000, run_id="r3", nproc=3)
+    path = plant(tmp_path / "results", tmp_path / "ck", cfg, "python -m suite run ddp --nproc 3")
+    code = main(["run", "--resume", str(path), "--nproc", "4"])
+    err = capsys.readouterr().err
+    assert code == 2 and "was made by 3 workers and resumes with them; drop --nproc" in err
+
+
+def test_sigterm_of_run_records_the_interruption_without_a_traceback(tmp_path, capsys, monkeypatch):
+    import signal
+
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    from suite import launch
+
+    def terminated(cfg):  # as the real launcher does: names the run, then the workers are signalled
+        cfg.run_id = "terminated-1"
+        raise SignalException("Process 1 got signal: 15", sigval=signal.SIGTERM)
+
+    monkeypatch.setattr(launch, "launch", terminated)
+    code = main(["run", "ddp", "--tokens", "1000", "--results", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 128 + signal.SIGTERM and "Traceback" not in err
+    (rec,) = load_records(tmp_path)[0]
+    assert rec["status"] == "incomplete" and "interrupted by SIGTERM" in rec["error"]
+    assert out.strip().splitlines()[-1] == rec["_path"]
+
+
+def test_a_record_path_with_a_line_break_is_printed_on_one_line():
+    from suite.cli import _shown
+
+    assert _shown(Path("results/a\nb.json")) == "'results/a\\nb.json'"
+    assert _shown(Path("results/ab.json")) == "results/ab.json"
