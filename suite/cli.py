@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import shlex
 import signal
@@ -487,6 +488,9 @@ def cmd_simulate(args: argparse.Namespace, argv: list[str]) -> int:
         raise UsageError(f"cannot read {args.record!r} ({err.strerror}); give a readable record") from None
     except RecordError as err:
         raise UsageError(str(err)) from None
+    for flag, value in (("--overlap", args.overlap), ("--mfu", args.mfu), ("--compute-s", args.compute_s)):
+        if value is not None and not math.isfinite(value):  # a NaN passes every comparison and breaks the record
+            raise UsageError(f"{flag} must be a finite number, got {value}")
     compute = (args.compute_s, f"given: {args.compute_s} s per step") if args.compute_s is not None else None
     try:
         proj = project(record, get_topology(args.topology), args.overlap, args.mfu, args.algorithm, compute)
