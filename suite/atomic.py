@@ -8,8 +8,10 @@ dot-named temporary behind, and every reader of the suite skips dot-names.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,6 +22,49 @@ TEMP_SUFFIX = ".tmp"
 # mkstemp and mkdtemp make private temporaries (0600, 0700); what they become gets the usual mode instead
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)
+
+
+class DiskFull(OSError):
+    """A write that ran out of space; its temporary is removed and the older file kept."""
+
+
+def disk_full(err: OSError, path: Path, written: int) -> OSError:
+    """`err` as one line naming the cause, when it is a full disk (ENOSPC, EDQUOT); else `err` itself."""
+    if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return err
+    return DiskFull(
+        err.errno,
+        f"no space left on the disk of {str(path.parent)!r} for {path.name}: {written:,} bytes written and "
+        f"more needed ({shutil.disk_usage(path.parent).free:,} free); free some space and run again",
+    )
+
+
+class NotAFile(ValueError):
+    """What a reader was given is no regular file (a FIFO, a device, a folder), or one beyond its size limit."""
+
+
+def read_regular(path: str | Path, limit: int) -> bytes:
+    """The bytes of regular file `path`, at most `limit` of them; NotAFile otherwise.
+
+    Opened without blocking, so a FIFO planted under a reader's name cannot hang it, and checked before a
+    byte is read, so a link to /dev/zero cannot fill its memory. OSError where it cannot be opened.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "is a folder", str(path))
+        if not stat.S_ISREG(info.st_mode):
+            raise NotAFile(f"{str(path)!r} is not a regular file (a FIFO, device or socket); remove it")
+        if info.st_size > limit:
+            raise NotAFile(f"{str(path)!r} has {info.st_size:,} bytes, more than the {limit:,} a reader takes")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:  # it grew while read
+        raise NotAFile(f"{str(path)!r} has more than the {limit:,} bytes a reader takes")
+    return data
 
 
 def is_temporary(path: str | Path) -> bool:
@@ -39,6 +84,10 @@ def atomic_write(path: str | Path, write: Callable[[IO], None], binary: bool = F
             os.fchmod(f.fileno(), 0o666 & ~_UMASK)
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as err:
+        written = Path(tmp).stat().st_size if Path(tmp).exists() else 0
+        Path(tmp).unlink(missing_ok=True)
+        raise disk_full(err, path, written) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

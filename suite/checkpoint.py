@@ -2,8 +2,10 @@
 
 Layout, under `<checkpoint_dir>/<run_id>/`:
     run.json          the run's config (what `run --resume RECORD` and torchrun's restarts start from)
-    step-000040/      DCP's files (every tensor) and loop.json (everything else, JSON), written under a
-                      dot-name and renamed once complete (suite.atomic), so no reader sees half of one
+    step-000040/      DCP's files (every tensor), loop.json (everything else, JSON) and checksums.json (every
+                      other file's size and SHA-256), written under a dot-name and renamed once complete
+                      (suite.atomic), so no reader sees half of one; a resume verifies the checksums and
+                      falls back to the previous checkpoint when the newest is damaged
     faults.jsonl      one line per injected fault (its rank, step and time), read to time the recovery
 
 Every rank saves its own part under its own keys (`rank3/model/...`): what a rank holds differs by method
@@ -21,6 +23,8 @@ metadata classes only, and no non-tensor item is ever stored (loop.json is JSON)
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import io
 import json
 import pickle
@@ -38,7 +42,7 @@ from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
-from suite.atomic import atomic_write, publish_folder, temporary_folder
+from suite.atomic import DiskFull, atomic_write, publish_folder, temporary_folder
 from suite.config import RunConfig
 from suite.recorder import REPOSITORY
 from suite.strategy import local_tensor
@@ -47,6 +51,7 @@ if TYPE_CHECKING:
     from suite.train import Worker
 
 KEEP = 2  # checkpoints kept per run: the newest can be the one a kill interrupted while it was written
+CHECKSUMS = "checksums.json"  # every other file's size and SHA-256, verified before a checkpoint is loaded
 STEP_DIR = re.compile(r"^step-(\d{6,})$")
 
 
@@ -58,11 +63,60 @@ def run_folder(cfg: RunConfig) -> Path:
     return Path(cfg.checkpoint_dir) / str(cfg.run_id)
 
 
-def latest(folder: Path) -> Path | None:
-    """The newest complete checkpoint in a run's folder (temporary ones start with a dot and are skipped)."""
+def _complete(folder: Path) -> list[Path]:
+    """A run's complete checkpoints, newest first (temporary ones start with a dot and are skipped)."""
     steps = [(int(m.group(1)), p) for p in folder.glob("step-*") if (m := STEP_DIR.match(p.name)) and p.is_dir()]
-    complete = [(s, p) for s, p in steps if (p / "loop.json").is_file()]
-    return max(complete)[1] if complete else None
+    return [p for _, p in sorted(steps, reverse=True) if (p / "loop.json").is_file()]
+
+
+def latest(folder: Path) -> Path | None:
+    """The newest complete checkpoint in a run's folder, intact or not (see `newest_intact`)."""
+    found = _complete(folder)
+    return found[0] if found else None
+
+
+def _digest(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def write_checksums(path: Path) -> None:
+    """SHA-256 of every file of checkpoint `path` (its tensors, metadata and loop state) into CHECKSUMS."""
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.name != CHECKSUMS)
+    sums = {str(p.relative_to(path)): {"bytes": p.stat().st_size, "sha256": _digest(p)} for p in files}
+    atomic_write(path / CHECKSUMS, lambda f: json.dump(sums, f, indent=1))
+
+
+def verify(path: Path) -> None:
+    """CheckpointError naming the first file of checkpoint `path` that is missing, cut or changed."""
+    try:
+        sums = json.loads((path / CHECKSUMS).read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"{path.name} has no {CHECKSUMS} (damaged, or made before checksums)") from None
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{path.name}: unreadable {CHECKSUMS} ({err})") from None
+    if not isinstance(sums, dict) or not {".metadata", "loop.json"} <= set(sums):
+        raise CheckpointError(f"{path.name}: {CHECKSUMS} does not cover the checkpoint")
+    for name, want in sorted(sums.items()):
+        file = path / name
+        if ".." in Path(name).parts or not isinstance(want, dict) or not file.is_file():
+            raise CheckpointError(f"{path.name}: {name} is missing")
+        if file.stat().st_size != want.get("bytes"):
+            raise CheckpointError(f"{path.name}: {name} has {file.stat().st_size} bytes, {want.get('bytes')} written")
+        if _digest(file) != want.get("sha256"):
+            raise CheckpointError(f"{path.name}: {name} differs from what was written (checksum)")
+
+
+def newest_intact(folder: Path) -> tuple[Path | None, list[str]]:
+    """The newest checkpoint whose files match their checksums, and why each newer one was refused."""
+    refused = []
+    for path in _complete(folder):
+        try:
+            verify(path)
+            return path, refused
+        except CheckpointError as err:
+            refused.append(str(err))
+    return None, refused
 
 
 def config_of(folder: Path) -> RunConfig:
@@ -84,13 +138,61 @@ def folder_of(record: dict) -> Path:
     return path if path.is_absolute() or path.exists() else REPOSITORY / path
 
 
-def resumable_config(record: dict) -> RunConfig:
-    """The config that continues `record` (read from a file at `record["_path"]`) from its newest checkpoint."""
+# a run id names a record and a checkpoint folder: one plain file name, never a path (no separator, no `..`)
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]{0,199}$")
+# what a resume takes from elsewhere than run.json: the folders it found the record and checkpoints in
+_WHERE = ("results", "checkpoint_dir", "resume", "command", "run_id")
+
+
+def check_run_id(run_id: object) -> str:
+    if not isinstance(run_id, str) or not RUN_ID.match(run_id):
+        raise CheckpointError(f"run id {run_id!r} is not a plain file name (letters, digits, . _ + = -)")
+    return run_id
+
+
+def differences(saved: RunConfig, other: dict, skip: tuple[str, ...] = ()) -> list[str]:
+    """`field: saved vs other` for each config field `other` holds (a record's settings, a planned config)
+    whose value differs from the one in run.json (compared as JSON gives them back)."""
+    plain = json.loads(saved.to_json())
+    other = json.loads(json.dumps(other, default=str))
+    return [
+        f"{k} {plain[k]!r} vs {other[k]!r}"
+        for k in plain
+        if k in other and k not in _WHERE + skip and plain[k] != other[k]
+    ]
+
+
+def resumable_config(record: dict, planned: RunConfig | None = None) -> RunConfig:
+    """The config that continues `record` (read from a file at `record["_path"]`) from its newest checkpoint.
+
+    run.json lies beside the checkpoints, where anyone may have written it, so it is trusted only as far as it
+    agrees: its run id must be the record's and a plain name, every setting the record holds must be the
+    same, and a plan's resume must be the planned configuration (`planned`; how a run is kept alive aside,
+    which the plan sets). The record and checkpoints are written where they were found, whatever run.json
+    says. The caller runs the checks a fresh run gets on what is returned.
+    """
+    from suite.config import OPERATIONAL
+
     folder = folder_of(record)
+    run_id = check_run_id(record.get("run_id"))
     cfg = config_of(folder)
+    if cfg.run_id != run_id or folder.name != run_id:
+        raise CheckpointError(f"run.json at {folder} is of run {cfg.run_id!r}, the record of run {run_id!r}")
+    diff = differences(cfg, {**(record.get("settings") or {}), "nproc": record["parallel"]["world_size"]})
+    if planned is not None:
+        diff += [f"{d} (planned)" for d in differences(cfg, dataclasses.asdict(planned), OPERATIONAL)]
+    if diff:
+        raise CheckpointError(f"run.json at {folder} differs from the run it claims to continue: {'; '.join(diff)}")
+    if "_path" in record and Path(record["_path"]).name != f"{run_id}.json":
+        raise CheckpointError(f"the record of run {run_id!r} is not named {run_id}.json, as the suite names it")
     if latest(folder) is None:
         raise CheckpointError(f"it stopped before its first checkpoint ({folder})")
-    cfg.resume = True
+    intact, refused = newest_intact(folder)
+    if intact is None:
+        raise CheckpointError(f"no intact checkpoint: {'; '.join(refused)}")
+    if planned is not None:  # the plan's own config: its checks passed, and how it keeps a run alive is its own
+        cfg = dataclasses.replace(planned, run_id=run_id, variant=dict(planned.variant))
+    cfg.resume, cfg.checkpoint_dir = True, str(folder.parent)
     if "_path" in record:
         cfg.results = str(Path(record["_path"]).parent)
     return cfg
@@ -184,14 +286,23 @@ def save(worker: Worker, step: int, loop: dict) -> Path:
         text = json.dumps(state, allow_nan=True)
     except TypeError as err:
         raise CheckpointError(f"a run's state must be plain data to be checkpointed: {err}") from None
-    dcp.save(_tensors(worker, state["generators"]), storage_writer=FileSystemWriter(tmp), process_group=worker.control)
-    texts = [None] * worker.world
-    dist.all_gather_object(texts, text, group=worker.control)
-    if worker.rank == 0:
-        body = f'{{"step": {step}, "world_size": {worker.world}, "ranks": [{", ".join(texts)}]}}'
-        atomic_write(tmp / "loop.json", lambda f: f.write(body))
-        publish_folder(tmp, final)
-        _prune(folder)
+    try:
+        writer = FileSystemWriter(tmp)
+        dcp.save(_tensors(worker, state["generators"]), storage_writer=writer, process_group=worker.control)
+        texts = [None] * worker.world
+        dist.all_gather_object(texts, text, group=worker.control)
+        if worker.rank == 0:
+            body = f'{{"step": {step}, "world_size": {worker.world}, "ranks": [{", ".join(texts)}]}}'
+            atomic_write(tmp / "loop.json", lambda f: f.write(body))
+            write_checksums(tmp)
+            publish_folder(tmp, final)
+            _prune(folder)
+    except (Exception, CheckpointException) as err:  # DCP's own is a BaseException; a full disk is the usual one
+        shutil.rmtree(tmp, ignore_errors=True)  # every rank removes the partial checkpoint; older ones stay
+        last = [line for line in str(err).splitlines() if line.strip()][-1:] or [type(err).__name__]
+        full = "No space left" in str(err) or isinstance(err, DiskFull)
+        cause = f"no space left on the disk of {str(folder)!r}" if full else last[0]
+        raise CheckpointError(f"checkpoint {final.name} not written ({cause}); the older ones are kept") from None
     dist.barrier(group=worker.control)  # no rank goes on (or dies) before the checkpoint is complete
     return final
 
@@ -259,7 +370,7 @@ def read_loop(path: Path, world: int) -> dict:
     if data.get("world_size") != world or len(data["ranks"]) != world:
         raise CheckpointError(
             f"{path} was written by {data.get('world_size')} workers, this run has {world}; "
-            "resume with the same --nproc"
+            f"it resumes with {data.get('world_size')} workers only (torchrun --nproc-per-node)"
         )
     return data
 

@@ -47,6 +47,7 @@ from typing import Any
 
 import yaml
 
+from suite.atomic import NotAFile, read_regular
 from suite.errors import ClaimsError
 from suite.metrics import METRIC_FIELDS, METRICS
 
@@ -164,17 +165,45 @@ class Claim:
         return self.paper_value is not None
 
 
+MAX_CLAIMS_BYTES = 4 * 2**20
+MAX_NODES = 100_000  # values of the document with every alias expanded; a claims file has hundreds
+
+
+class _Loader(yaml.SafeLoader):
+    """safe_load's loader, refusing a document whose aliases expand beyond MAX_NODES values: aliases of
+    aliases multiply what any walk over the document visits (a 'billion laughs' file took 3.5 GB)."""
+
+    def compose_document(self):
+        root = super().compose_document()
+        sizes: dict[int, int] = {}
+
+        def expanded(node) -> int:  # each node counted once per path to it, shared ones computed once
+            if id(node) not in sizes:
+                sizes[id(node)] = 0  # a recursive alias counts as one value (the constructor handles it)
+                children = node.value if isinstance(node.value, list) else []
+                flat = [c for pair in children for c in pair] if isinstance(node, yaml.MappingNode) else children
+                sizes[id(node)] = 1 + sum(expanded(c) for c in flat if isinstance(c, yaml.Node))
+            return sizes[id(node)]
+
+        if root is not None and expanded(root) > MAX_NODES:
+            raise yaml.composer.ComposerError(
+                None, None, f"its aliases expand to more than {MAX_NODES:,} values", root.start_mark
+            )
+        return root
+
+
 def load_claims(path: str | Path) -> list[Claim]:
     """Read and validate a claims.yaml; ClaimsError names the file, the claim and the bad field."""
     path = Path(path)
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))  # safe: a tag that names Python code is refused
+        # safe: a tag that names Python code is refused; a FIFO, device or huge file is not read
+        doc = yaml.load(read_regular(path, MAX_CLAIMS_BYTES).decode("utf-8"), Loader=_Loader)  # noqa: S506
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark else ""
         problem = " ".join(str(getattr(err, "problem", None) or err).split())  # a reader error spans lines
         raise ClaimsError(f"{path}: not valid YAML{line}: {problem}") from None
-    except (OSError, UnicodeDecodeError) as err:
+    except (OSError, UnicodeDecodeError, NotAFile) as err:
         raise ClaimsError(f"{path}: cannot be read ({err})") from None
     except ValueError as err:  # a scalar YAML types but cannot build, e.g. the date 2001-13-14
         raise ClaimsError(f"{path}: not valid YAML: {err}; quote the value to keep it text") from None

@@ -7,11 +7,13 @@ the fix instead of a traceback from inside torch and a half-written record.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
 import os
 import shlex
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -20,6 +22,7 @@ from suite.claims import ClaimsError
 from suite.config import FIELDS, RunConfig, apply_sets, field_type
 from suite.errors import UsageError
 from suite.evals import add_evaluate_command
+from suite.records import FINISHED
 
 ESTIMATE_WORLD = 8  # ranks an estimate stands for unless --world-size says otherwise
 ESTIMATE_RESULTS = "results/estimates"
@@ -75,6 +78,7 @@ def _run_parser(sub, argv: list[str]) -> None:
     )
     p.add_argument("method", nargs="?", help="a baseline (ddp, fsdp, hsdp) or a method")
     add_settings(p, "run")
+    p.add_argument("--over-limits", action="store_true", help="run beyond this machine's memory or cores")
     p.add_argument(
         "--resume", dest="resume_record", metavar="RECORD", help="continue an incomplete run from its newest checkpoint"
     )
@@ -110,9 +114,10 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> RunConfig:
         raise UsageError(str(err)) from None
 
 
-def check_config(cfg: RunConfig) -> None:
-    """Every check that needs no worker; raises UsageError with the fix."""
-    from suite import data, models, optim, protocols, strategy
+def check_config(cfg: RunConfig, machine: bool = True) -> None:
+    """Every check that needs no worker; raises UsageError with the fix. `machine`: also against this
+    machine's memory and cores (suite/limits.py)."""
+    from suite import data, limits, models, optim, protocols, strategy
     from suite.config import check_lr_decay, check_precision
 
     try:
@@ -130,6 +135,7 @@ def check_config(cfg: RunConfig) -> None:
         if cfg.micro_batch < 1 or cfg.grad_accum < 1 or cfg.seq_len < 2:
             raise ValueError("micro_batch and grad_accum must be >= 1 and seq_len >= 2 (--set KEY=VALUE)")
         _check_faults(cfg)
+        limits.check(cfg, machine)
         _check_data(cfg.data or data.default_data_for(kind), cfg.data_root)
         strategy.get_strategy(cfg, method_params).check(cfg.nproc)
         if cfg.evals:
@@ -196,8 +202,8 @@ def resume_config(record_path: str) -> RunConfig:
         raise UsageError(f"no record at {record_path!r}; give the path `run` printed") from None
     except RecordError as err:
         raise UsageError(str(err)) from None
-    if rec["status"] == "complete":
-        raise UsageError(f"{record_path} is complete: nothing to resume")
+    if rec["status"] in FINISHED:
+        raise UsageError(f"{record_path} is {rec['status']}: nothing to resume")
     try:
         return checkpoint.resumable_config(rec | {"_path": record_path})
     except checkpoint.CheckpointError as err:
@@ -212,9 +218,11 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     if not args.resume_record and not args.method:
         raise UsageError("name a method: python -m suite run METHOD (or --resume RECORD)")
     cfg = resume_config(args.resume_record) if args.resume_record else config_from_args(args, argv)
+    if args.resume_record and args.nproc not in (RunConfig.nproc, cfg.nproc):
+        raise UsageError(f"{args.resume_record} was made by {cfg.nproc} workers and resumes with them; drop --nproc")
     if under_torchrun():
         cfg.nproc = int(os.environ["WORLD_SIZE"])
-    check_config(cfg)
+    check_config(cfg, machine=not args.over_limits)
     if under_torchrun():
         from suite.train import train
 
@@ -222,12 +230,32 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         if int(os.environ.get("RANK", 0)) == 0:
             print(path)
         return 0
-    path = launch(cfg)
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    from suite.lock import one_writer
+
+    try:
+        # a plan resuming the same run would write beside it (suite/lock.py)
+        with one_writer(cfg.results, "run --resume") if args.resume_record else contextlib.nullcontext():
+            path = launch(cfg)
+    except SignalException as err:  # SIGTERM or SIGINT while the workers ran: recorded, no traceback
+        from suite.launch import close_record
+
+        name = signal.Signals(err.sigval).name
+        close_record(cfg, "incomplete", lambda seen: f"interrupted by {name}" + (f"; {seen}" if seen else ""))
+        print(f"interrupted by {name}", file=sys.stderr)
+        print(_shown(cfg.record_path()))
+        return 128 + err.sigval
     from suite.records import read_record
 
     status = read_record(path)["status"] if path.exists() else "failed"
-    print(path)
-    return 0 if status == "complete" else 1
+    print(_shown(path))
+    return 0 if status in FINISHED else 1
+
+
+def _shown(path: Path) -> str:
+    """The path as the last stdout line: quoted where a character (a line break) would break the line."""
+    return str(path) if str(path).isprintable() else repr(str(path))
 
 
 def cmd_report(args: argparse.Namespace, argv: list[str]) -> int:
@@ -266,7 +294,7 @@ def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
                 setattr(cfg, name, getattr(args, name))
     for cfg in plan.runs:
         # a cluster's nodes have the GPUs this machine (a login node) may lack
-        check_config(dataclasses.replace(cfg, device="cpu") if on_slurm else cfg)
+        check_config(dataclasses.replace(cfg, device="cpu") if on_slurm else cfg, machine=not on_slurm)
     for note in plan.notes:
         print(f"note: {note}", file=sys.stderr)
     missing = 0
@@ -297,7 +325,7 @@ def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"report not written: {err}", file=sys.stderr)
     if (own := get_reproduction(args.name).report) is not None:
         print(own(results, report))
-    return 0 if not missing and all(r["status"] == "complete" for r in records) else 1
+    return 0 if not missing and all(r["status"] in FINISHED for r in records) else 1
 
 
 def cmd_verdicts(args: argparse.Namespace, argv: list[str]) -> int:
@@ -392,7 +420,7 @@ def cmd_estimate(args: argparse.Namespace, argv: list[str]) -> int:
         raise UsageError(
             f"--world-size and --gpus-per-node must be at least 1, got {cfg.nproc} and {args.gpus_per_node}"
         )
-    check_config(cfg)
+    check_config(cfg, machine=False)  # fake tensors: any world size and model fit
     if args.measure:
         check_config(dataclasses.replace(cfg, device=args.measure_device))
     rec = estimate(cfg, args.gpus_per_node, args.ranks)
@@ -440,6 +468,9 @@ def cmd_simulate(args: argparse.Namespace, argv: list[str]) -> int:
         raise UsageError(f"cannot read {args.record!r} ({err.strerror}); give a readable record") from None
     except RecordError as err:
         raise UsageError(str(err)) from None
+    for flag, value in (("--overlap", args.overlap), ("--mfu", args.mfu), ("--compute-s", args.compute_s)):
+        if value is not None and not math.isfinite(value):  # a NaN passes every comparison and breaks the record
+            raise UsageError(f"{flag} must be a finite number, got {value}")
     compute = (args.compute_s, f"given: {args.compute_s} s per step") if args.compute_s is not None else None
     try:
         proj = project(record, get_topology(args.topology), args.overlap, args.mfu, args.algorithm, compute)

@@ -10,11 +10,13 @@ is past the step it died at.
 
 from __future__ import annotations
 
+import ctypes
 import datetime as dt
 import json
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 
@@ -23,6 +25,37 @@ import torch.distributed as dist
 from suite import checkpoint as ckpt
 from suite.config import RunConfig
 from suite.recorder import repository_path
+
+LAUNCHER_PID = "SUITE_LAUNCHER_PID"  # set by suite.launch for its workers: the process they must not outlive
+RENDEZVOUS_S = 300.0  # one machine's workers meet in seconds; one that waits this long waits for no one
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_met = threading.Event()
+
+
+def die_with_launcher(poll_s: float = 0.5) -> None:
+    """This worker ends when its launcher does: the kernel sends SIGKILL when the parent dies (Linux's
+    PR_SET_PDEATHSIG; no library does it for torchrun's workers, which run in sessions of their own), and a
+    thread watches the parent's pid everywhere else. Under suite.launch, a rendezvous that has not completed
+    within RENDEZVOUS_S ends the worker too (`rendezvous_done` marks it complete)."""
+    parent = int(os.environ.get(LAUNCHER_PID, os.getppid()))
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    deadline = time.monotonic() + RENDEZVOUS_S if LAUNCHER_PID in os.environ else None
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent:  # reparented: the launcher died (maybe before prctl above)
+                os.kill(os.getpid(), signal.SIGKILL)
+            if deadline is not None and not _met.is_set() and time.monotonic() > deadline:
+                print(f"the workers did not meet within {RENDEZVOUS_S:g} s; stopping", file=sys.stderr, flush=True)
+                os._exit(1)
+            time.sleep(poll_s)
+
+    threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
+
+
+def rendezvous_done() -> None:
+    _met.set()
 
 
 def restart_count() -> int:
@@ -142,6 +175,6 @@ def failure_text(err: BaseException, cfg: RunConfig) -> str:
             f"a collective waited longer than collective_timeout_s={cfg.collective_timeout_s:g} s: a worker stopped "
             f"answering (or raise --collective-timeout); {text}"
         )
-    if ckpt.latest(ckpt.run_folder(cfg)) is not None:
+    if ckpt.newest_intact(ckpt.run_folder(cfg))[0] is not None:  # never advice to load a damaged one again
         text += f"; resume it with python -m suite run --resume {cfg.record_path()}"
     return text

@@ -17,10 +17,12 @@ from pathlib import Path
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from suite.checkpoint import latest, run_folder
+from suite.checkpoint import newest_intact, run_folder
 from suite.config import RunConfig
+from suite.faults import LAUNCHER_PID
+from suite.limits import oom_kills
 from suite.recorder import failed_record, new_run_id
-from suite.records import RecordError, read_record, write_record
+from suite.records import FINISHED, RecordError, read_record, write_record
 
 
 def under_torchrun() -> bool:
@@ -48,15 +50,20 @@ def launch(cfg: RunConfig) -> Path:
         # 1.7-1.9x slower and changed no tensor-level peak (issue 19; numbers in suite/meters/memory.py).
         # torchrun's command line sets this; its API does not, and oversubscribed threads cost 5-10x here
         os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // cfg.nproc)))
+        os.environ[LAUNCHER_PID] = str(os.getpid())  # the workers end when this process does (suite/faults.py)
+        kills = oom_kills()
         try:
             elastic_launch(config, sys.executable)("-m", "suite.worker", str(spec))
         except ChildFailedError as err:
             rank, failure = err.get_first_failure()
-            _mark_failed(cfg, f"worker {rank} {_exit_text(failure.exitcode)}")
+            oom = kills is not None and (oom_kills() or 0) > kills
+            _mark_failed(cfg, f"worker {rank} {_exit_text(failure.exitcode, oom)}")
     return cfg.record_path()
 
 
-def _exit_text(code: int) -> str:
+def _exit_text(code: int, oom: bool = False) -> str:
+    if oom and code == -signal.SIGKILL:  # the cgroup's oom_kill count rose while the workers ran
+        return "was killed by the kernel's out-of-memory killer (SIGKILL): lower micro_batch, seq_len or --nproc"
     if code < 0:
         try:
             return f"was killed by {signal.Signals(-code).name}"
@@ -69,7 +76,7 @@ def _mark_failed(cfg: RunConfig, error: str) -> None:
     """The launcher's account of a failed run: which worker failed first, then what rank 0 saw (it writes the
     record when it can, but a worker waiting on a dead peer only sees the connection drop). The record says
     `incomplete` when a checkpoint can resume the run, `failed` otherwise."""
-    resumable = latest(run_folder(cfg)) is not None
+    resumable = newest_intact(run_folder(cfg))[0] is not None
 
     def account(seen: str | None) -> str:
         text = error + (f"; rank 0 reported: {seen}" if seen else "")
@@ -81,14 +88,17 @@ def _mark_failed(cfg: RunConfig, error: str) -> None:
 
 
 def close_record(cfg: RunConfig, status: str, account: Callable[[str | None], str]) -> None:
-    """Write `cfg`'s record with `status` and the error `account(what the workers had written)`; a complete
-    record stays as it is, and a missing or unreadable one is made from the config."""
+    """Write `cfg`'s record with `status` and the error `account(what the workers had written)`; a finished
+    (complete or diverged) record stays as it is, and a missing or unreadable one is made from the config."""
     path = cfg.record_path()
     try:
         rec = read_record(path)
     except (RecordError, OSError):
         rec = failed_record(cfg, cfg.nproc, "")
-    if rec["status"] == "complete":
+    if rec["status"] in FINISHED:
         return
     rec["status"], rec["error"] = status, account(rec.get("error") or None)
-    write_record(rec, path)
+    try:
+        write_record(rec, path)
+    except OSError as err:  # a full disk: the run's own account goes to stderr instead
+        print(f"could not write the record {path} ({err}); the run ended: {rec['error']}", file=sys.stderr)

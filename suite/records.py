@@ -15,11 +15,14 @@ from typing import Any
 import jsonschema
 
 from suite.arms import arm_of
-from suite.atomic import atomic_write, is_temporary
+from suite.atomic import NotAFile, atomic_write, is_temporary, read_regular
 
 __all__ = ["atomic_write"]  # re-exported: the record's writer, which other writers used before suite.atomic
 
 SCHEMA_VERSION = 1
+MAX_RECORD_BYTES = 256 * 2**20  # far beyond any record (a long curve is a few MB); a reader stops there
+# a run that ended: complete, or diverged (its loss became non-finite; run again, it diverges again)
+FINISHED = ("complete", "diverged")
 
 
 class RecordError(ValueError):
@@ -92,9 +95,10 @@ def write_record(record: dict, path: str | Path) -> Path:
 def read_record(path: str | Path) -> dict:
     """Read and validate one record; RecordError says what is wrong with it (OSError where it cannot be read)."""
     try:
-        record = json.loads(
-            Path(path).read_text(encoding="utf-8"), parse_float=_finite, parse_int=_int64, parse_constant=_constant
-        )
+        text = read_regular(path, MAX_RECORD_BYTES).decode("utf-8")
+        record = json.loads(text, parse_float=_finite, parse_int=_int64, parse_constant=_constant)
+    except NotAFile as err:
+        raise RecordError(f"not a record: {err}") from None
     except IsADirectoryError:
         raise RecordError(f"{str(path)!r} is a folder; give the path of a record file (.json)") from None
     except UnicodeDecodeError as err:

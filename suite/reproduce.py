@@ -41,10 +41,11 @@ from suite import config
 from suite.checkpoint import CheckpointError, latest, resumable_config, run_folder
 from suite.config import RunConfig, command_line
 from suite.launch import close_record, launch
+from suite.lock import one_writer
 from suite.micro import Microbench, micro_record
 from suite.plans import Estimate, Plan
 from suite.recorder import failed_record, new_run_id, repository_path
-from suite.records import load_records, read_record, summary_row, write_record
+from suite.records import FINISHED, load_records, read_record, summary_row, write_record
 
 MB = 1e6
 # flags whose value is the folder a command wrote into (left out of the key, as are how a run was kept
@@ -124,7 +125,7 @@ class Folder:
         for rec in load_records(self.path)[0]:
             self.by_key[config_key(rec["command"])].append(rec)
         for recs in self.by_key.values():
-            complete = [r["_path"] for r in recs if r["status"] == "complete"]
+            complete = [r["_path"] for r in recs if r["status"] in FINISHED]
             if len(complete) > 1:
                 _say(
                     f"warning: {len(complete)} complete records of one configuration ({', '.join(complete)}); "
@@ -135,8 +136,8 @@ class Folder:
         return list(self.by_key.get(config_key(command), []))
 
     def done(self, command: str, same: Callable[[dict], bool] | None = None) -> dict | None:
-        """The newest complete record of this configuration, or None."""
-        found = [r for r in self.records_of(command) if r["status"] == "complete" and (same is None or same(r))]
+        """The newest finished (complete or diverged) record of this configuration, or None."""
+        found = [r for r in self.records_of(command) if r["status"] in FINISHED and (same is None or same(r))]
         return max(found, key=lambda r: (r["created"], r["_path"]), default=None)
 
     def add(self, record: dict, path: Path) -> None:
@@ -147,7 +148,7 @@ class Folder:
         for old in self.by_key.get(key, []):
             if Path(old["_path"]) == path:
                 continue  # the same file, rewritten
-            if record["status"] == "complete" or old["status"] != "complete":
+            if record["status"] in FINISHED or old["status"] not in FINISHED:
                 self._remove(old, path)
             else:
                 keep.append(old)
@@ -176,17 +177,18 @@ def plan_run(cfg: RunConfig, results: Path) -> RunConfig:
 def run_plan(plan: Plan, results: Path, fresh: bool = False) -> list[dict]:
     """Every item of the plan in order, skipping those done (unless `fresh`); a failed run is recorded and
     the plan goes on. Returns the plan's records, skipped items' included; Interrupted on a signal."""
-    folder = Folder(results)
-    total = len(plan.runs) + len(plan.estimates) + len(plan.micro)
-    try:
-        records = [
-            run_item(plan_run(cfg, results), folder, f"{i}/{total}", fresh) for i, cfg in enumerate(plan.runs, 1)
-        ]
-        return records + run_local_items(plan, folder, fresh, len(plan.runs), total)
-    except KeyboardInterrupt:
-        raise Interrupted(signal.SIGINT) from None
-    except SignalException as err:  # torchrun's agent turns SIGINT and SIGTERM into this once it has run
-        raise Interrupted(err.sigval) from None
+    with one_writer(results, f"reproduce {plan.name}"):
+        folder = Folder(results)
+        total = len(plan.runs) + len(plan.estimates) + len(plan.micro)
+        try:
+            records = [
+                run_item(plan_run(cfg, results), folder, f"{i}/{total}", fresh) for i, cfg in enumerate(plan.runs, 1)
+            ]
+            return records + run_local_items(plan, folder, fresh, len(plan.runs), total)
+        except KeyboardInterrupt:
+            raise Interrupted(signal.SIGINT) from None
+        except SignalException as err:  # torchrun's agent turns SIGINT and SIGTERM into this once it has run
+            raise Interrupted(err.sigval) from None
 
 
 def run_local_items(plan: Plan, folder: Folder, fresh: bool, before: int, total: int) -> list[dict]:
@@ -203,7 +205,7 @@ def run_item(cfg: RunConfig, folder: Folder, progress: str, fresh: bool) -> dict
     """One planned run (`plan_run` has set its command): skipped when done, launched otherwise."""
     done = None if fresh else folder.done(cfg.command, same_settings(dataclasses.asdict(cfg)))
     if done is not None:
-        _say(f"skip [{progress}] {cfg.command}: complete record {done['_path']}")
+        _say(f"skip [{progress}] {cfg.command}: {done['status']} record {done['_path']}")
         return done
     _say(f"[{progress}] {cfg.command}")
     cfg.run_id = cfg.run_id or new_run_id(cfg)
@@ -225,7 +227,7 @@ def _run_one(cfg: RunConfig, existing: list[dict]) -> Path:
     that a checkpoint can resume is resumed (`run --resume`) instead of started again.
     """
     try:
-        resumed = _resumable(existing)
+        resumed = _resumable(existing, cfg)
         if resumed is not None:
             _say(f"resume {resumed.record_path()} from {latest(run_folder(resumed))}")
         return launch(resumed or cfg)
@@ -236,13 +238,15 @@ def _run_one(cfg: RunConfig, existing: list[dict]) -> Path:
         return cfg.record_path()
 
 
-def _resumable(existing: list[dict]) -> RunConfig | None:
-    """The config that continues the newest incomplete record of the configuration from its checkpoint."""
+def _resumable(existing: list[dict], planned: RunConfig) -> RunConfig | None:
+    """The planned config continuing the newest incomplete record of the configuration from its checkpoint,
+    when the checkpoints beside it are of that very configuration (suite.checkpoint.resumable_config)."""
     for rec in sorted((r for r in existing if r["status"] == "incomplete"), key=lambda r: r["created"], reverse=True):
         try:
-            return resumable_config(rec)
-        except CheckpointError:
-            continue
+            return resumable_config(rec, planned)
+        except CheckpointError as err:
+            if (rec.get("faults") or {}).get("checkpoint_every"):  # it made checkpoints: say why they are not used
+                _say(f"not resuming {rec['_path']}: {err}")
     return None
 
 
@@ -281,7 +285,7 @@ def _micro_item(plan: Plan, item: Microbench, folder: Folder, progress: str, fre
     command = micro_command(plan, item, folder.path)
     done = None if fresh else folder.done(command, same_item(item))
     if done is not None:
-        _say(f"skip [{progress}] {command}: complete record {done['_path']}")
+        _say(f"skip [{progress}] {command}: {done['status']} record {done['_path']}")
         return done
     record = run_micro(plan, item, folder.path, progress)
     folder.add(record, Path(record["_path"]))
@@ -335,7 +339,7 @@ def _estimate_item(est: Estimate, folder: Folder, progress: str, fresh: bool) ->
     command = estimate_command(est, folder.path)
     done = None if fresh else folder.done(command, same_settings(dataclasses.asdict(prepare(est.cfg))))
     if done is not None:
-        _say(f"skip [{progress}] {command}: complete record {done['_path']}")
+        _say(f"skip [{progress}] {command}: {done['status']} record {done['_path']}")
         record = done
     else:
         _say(f"[{progress}] {command}")

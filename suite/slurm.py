@@ -230,10 +230,12 @@ def _gather(jobs: Jobs, still: set[str], folder) -> tuple[dict[str, dict], list[
 def run_plan_on_slurm(plan, results: Path, opts: SlurmOptions, fresh: bool = False):
     """Submit the plan's runs (those not done), run its other items here, wait, gather; None for a dry run,
     else (the plan's records, how many runs' records did not arrive). Interrupted on Ctrl-C."""
+    from suite.lock import one_writer
     from suite.reproduce import Interrupted
 
     try:
-        return _on_slurm(plan, results, opts, fresh)
+        with one_writer(results, f"reproduce {plan.name} --launcher slurm"):
+            return _on_slurm(plan, results, opts, fresh)
     except KeyboardInterrupt:
         print(
             f"the jobs submitted stay in the queue (their ids: {results / 'slurm' / JOBS}; scancel stops them); "

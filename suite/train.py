@@ -102,6 +102,7 @@ class Worker:
         if not dist.is_initialized():
             device_id = self.device if self.device.type == "cuda" else None
             dist.init_process_group(backend, device_id=device_id, timeout=timeout, **faults.attempt_store(timeout))
+        faults.rendezvous_done()
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         # a separate group for the loop's own control messages keeps them out of the ledger's groups
         self.control = dist.new_group(backend="gloo")
@@ -300,13 +301,18 @@ class Worker:
             faults.note_progress(self.record["faults"], at.step)
             evaluate = at.step % cfg.eval_every == 0
             val_loss = self.evaluate() if evaluate else None
+            train_loss = self._mean(loss.item())  # every step: a non-finite loss ends the run where it appears
             progress = Progress(at.step, at.tokens, at.step * at.flops_per_step, clock.elapsed, val_loss)
             self.spent = self.protocol.fraction(progress)
-            stop = self._broadcast(self.protocol.done(progress) if self.rank == 0 else None)
-            if stop and val_loss is None:
+            diverged = not math.isfinite(train_loss) or (val_loss is not None and not math.isfinite(val_loss))
+            stop, diverged = self._broadcast((self.protocol.done(progress), diverged) if self.rank == 0 else None)
+            if stop and val_loss is None and not diverged:
                 progress = dataclasses.replace(progress, val_loss=self.evaluate())
-            if evaluate or stop or at.step % cfg.log_every == 0 or at.step == 1:
-                self._log(progress, self._mean(loss.item()), clock)
+            if evaluate or stop or diverged or at.step % cfg.log_every == 0 or at.step == 1:
+                self._log(progress, train_loss, clock)
+            if diverged:
+                self._close(progress, clock, at.flops_per_step, diverged=(train_loss, progress.val_loss))
+                return
             if stop:
                 break
             if cfg.checkpoint_every and at.step >= next_checkpoint and not self.metering.straddles(at.step):
@@ -338,7 +344,7 @@ class Worker:
 
     def _resume(self, clock: StepClock) -> Position:
         """Continue from the newest checkpoint: every rank's state, the clock, the meters and the partial record."""
-        path = ckpt.latest(ckpt.run_folder(self.cfg))
+        path = self._intact_checkpoint()
         self._settle_wrappers()
         loop = ckpt.load(self, path)
         at = Position(loop["step"], loop["tokens"], loop["flops_per_step"])
@@ -349,7 +355,22 @@ class Worker:
         if self.rank == 0:
             self.record = {**loop["record"], "error": None}
             faults.note_resume(self.cfg, self.record["faults"], at.step, self.started)
+            self.record["faults"]["resumes"][-1]["refused_checkpoints"] = self.refused_checkpoints
         return at
+
+    def _intact_checkpoint(self) -> Path:
+        """The newest checkpoint whose checksums hold (rank 0 verifies; every rank loads the same one)."""
+        folder = ckpt.run_folder(self.cfg)
+        path, refused = self._broadcast(ckpt.newest_intact(folder) if self.rank == 0 else None)
+        if self.rank == 0:
+            for why in refused:
+                print(f"refused checkpoint {why}", file=sys.stderr, flush=True)
+        if path is None:
+            raise ckpt.CheckpointError(f"no intact checkpoint in {folder}: {'; '.join(refused)}")
+        if refused and self.rank == 0:
+            print(f"resuming from the previous intact checkpoint, {path.name}", file=sys.stderr, flush=True)
+        self.refused_checkpoints = refused
+        return path
 
     def _settle_wrappers(self) -> None:
         """One forward and backward whose gradients are thrown away, before the checkpoint is loaded over them.
@@ -405,8 +426,8 @@ class Worker:
                 "tokens": p.tokens,
                 "flops": p.flops,
                 "wall_s": p.wall_s,
-                "train_loss": train_loss,
-                "val_loss": p.val_loss,
+                "train_loss": _finite_or_none(train_loss),
+                "val_loss": _finite_or_none(p.val_loss),
             }
         )
         if self.rank != 0:
@@ -434,8 +455,12 @@ class Worker:
         dist.all_gather_object(out, obj, group=self.control)
         return out
 
-    def _close(self, p: Progress, clock: StepClock, flops_per_step: float) -> None:
+    def _close(self, p: Progress, clock: StepClock, flops_per_step: float, diverged: tuple | None = None) -> None:
+        """The record of a run that ended: `complete`, or `diverged` with its (train, val) losses at the step
+        a non-finite one appeared (its curve ends there, non-finite values as null)."""
         rec = self.record
+        if diverged is not None:
+            p = dataclasses.replace(p, val_loss=_finite_or_none(p.val_loss))
         results = self._gather(self.metering.results())
         rec["totals"] = {
             "steps": p.step,
@@ -466,7 +491,14 @@ class Worker:
             "(clipping included) and after-step work",
             "mfu": (flops_per_step / step_s) / (peak * self.world) if peak and step_s and flops_per_step else None,
         }
-        rec["status"] = "complete"
+        rec["status"] = "complete" if diverged is None else "diverged"
+        if diverged is not None:
+            train, val = diverged
+            rec["error"] = (
+                f"diverged: the loss became non-finite at step {p.step} (train loss {train:g}"
+                + (f", validation loss {val:g})" if val is not None else ")")
+                + "; lower --set lr or raise warmup_steps"
+            )
         self._write()
 
     def _write(self) -> None:
@@ -482,7 +514,7 @@ class Worker:
 
     def fail(self, err: BaseException) -> None:
         """Rank 0 records how the run ended; other ranks leave that to it (or to the launcher)."""
-        resumable = ckpt.latest(ckpt.run_folder(self.cfg)) is not None
+        resumable = ckpt.newest_intact(ckpt.run_folder(self.cfg))[0] is not None
         if self._resuming() and self.resumed_from is None:
             self._keep_written_record()
         self.record["status"] = "incomplete" if resumable or isinstance(err, KeyboardInterrupt) else "failed"
@@ -491,6 +523,11 @@ class Worker:
             self._write()
         except Exception as write_err:  # the original error matters more than this one
             print(f"could not write the record: {write_err}", file=sys.stderr)
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    """JSON has no NaN or Infinity: a diverged run's non-finite losses are recorded as null."""
+    return value if value is not None and math.isfinite(value) else None
 
 
 def train(cfg: RunConfig) -> Path:

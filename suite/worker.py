@@ -4,7 +4,9 @@ import sys
 from pathlib import Path
 
 from suite.config import RunConfig
+from suite.faults import die_with_launcher
 from suite.train import train
 
 if __name__ == "__main__":
+    die_with_launcher()
     train(RunConfig.from_json(Path(sys.argv[1]).read_text()))

@@ -420,3 +420,21 @@ def test_records_inside_a_temporary_folder_are_skipped(tmp_path):
     write_records(tmp_path / ".plan.x.tmp", [make_record("fsdp", 0)])
     records, skipped = load_records(tmp_path)
     assert [r["method"] for r in records] == ["ddp"] and not skipped
+
+
+def test_a_full_disk_names_its_cause_removes_the_temporary_and_keeps_the_old_file(tmp_path):
+    import errno
+
+    from suite.atomic import DiskFull, atomic_write
+
+    path = tmp_path / "record.json"
+    path.write_text("old")
+
+    def fills_the_disk(f):
+        f.write("x" * 1000)
+        f.flush()
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(DiskFull, match="no space left on the disk of .* for record.json: 1,000 bytes written"):
+        atomic_write(path, fills_the_disk)
+    assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["record.json"]

@@ -38,9 +38,14 @@ def _losses(rec: dict) -> list[tuple]:
     return [(p["step"], p["train_loss"], p["val_loss"]) for p in rec["curve"]]
 
 
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory) -> dict:
+    """The uninterrupted 2-worker run the resumed ones are compared with."""
+    return _run(tmp_path_factory.mktemp("whole"), "whole", 2)[0]
+
+
 @pytest.mark.slow
-def test_killed_worker_leaves_a_resumable_record_and_resume_completes_it_bit_for_bit(tmp_path):
-    whole, _, _ = _run(tmp_path, "whole", 2)
+def test_killed_worker_leaves_a_resumable_record_and_resume_completes_it_bit_for_bit(tmp_path, whole):
     killed, seconds, _ = _run(tmp_path, "killed", 2, "--kill-rank", "1", "--at-step", "5")
     assert killed["status"] == "incomplete"
     assert "worker 1 was killed by SIGKILL" in killed["error"] and "--resume" in killed["error"]
@@ -143,7 +148,7 @@ def test_broken_checkpoint_metadata_is_a_checkpoint_error(tmp_path, blob):
     [
         ("{", "not valid JSON"),
         ("[]", "not a checkpoint's loop state"),
-        ('{"step": 3, "world_size": 4, "ranks": [{}, {}, {}, {}]}', "same --nproc"),
+        ('{"step": 3, "world_size": 4, "ranks": [{}, {}, {}, {}]}', "resumes with 4 workers only"),
     ],
 )
 def test_broken_loop_state_is_a_checkpoint_error(tmp_path, text, message):
@@ -193,3 +198,37 @@ def test_a_plan_run_again_resumes_its_killed_run_from_the_checkpoint(tmp_path):
     done = read_record(again)
     assert again == path and done["status"] == "complete"
     assert done["faults"]["resumes"][0]["from_step"] == 3 and [p["step"] for p in done["curve"]][-1] == 8
+
+
+@pytest.mark.slow
+def test_a_run_whose_loss_becomes_non_finite_ends_cleanly_as_diverged(tmp_path):
+    # lr=100 on llama-tiny: the loss goes 5.5, thousands, then nan (within 6 steps on this stack)
+    proc = run_cli(
+        ["run", "ddp", "--nproc", "2", "--tokens", "5000", *SMALL[:-2], "--set", "lr=100", "--set", "warmup_steps=0"]
+        + ["--results", str(tmp_path)]
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    rec = read_record(proc.stdout.strip().splitlines()[-1])
+    assert rec["status"] == "diverged" and "non-finite at step" in rec["error"], rec["error"]
+    last = rec["curve"][-1]
+    assert last["train_loss"] is None and rec["totals"]["steps"] == last["step"] < 5000 // 128
+    assert all(p["train_loss"] is not None for p in rec["curve"][:-1])  # the curve up to there
+
+
+@pytest.mark.slow
+def test_a_damaged_newest_checkpoint_is_refused_and_the_previous_one_resumes_bit_for_bit(tmp_path, whole):
+    killed, _, _ = _run(tmp_path, "killed", 2, "--kill-rank", "0", "--at-step", "7")  # checkpoints at 3 and 6
+    folder = tmp_path / "checkpoints" / killed["run_id"]
+    shard = sorted((folder / "step-000006").glob("*.distcp"))[-1]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 16] = bytes(16)  # 16 bytes inside a rank's tensors
+    shard.write_bytes(bytes(data))
+    proc = run_cli(["run", "--resume", killed["_path"]])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"refused checkpoint step-000006: {shard.name} differs" in proc.stderr
+    assert "resuming from the previous intact checkpoint, step-000003" in proc.stderr
+    done = read_record(killed["_path"])
+    assert done["status"] == "complete" and _losses(done) == _losses(whole)
+    resume = done["faults"]["resumes"][0]
+    assert resume["from_step"] == 3 and "step-000006" in resume["refused_checkpoints"][0]

@@ -22,7 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from suite import cli
@@ -203,6 +203,9 @@ ARGPARSE_ERROR = re.compile(r"^python -m suite( [\w-]+)?: error: \S")
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(argvs())
+@example(  # a NaN --compute-s reached the record's writer (fuzz find; issue 27)
+    argv=["simulate", RECORD, "--topology", "4xA100-nvlink-4x200gbIB", "--compute-s", "nan", "--write", "out"]
+)
 def test_any_command_line_ends_in_a_status_or_one_line_error(guarded, argv):
     outcome, _, err = _run(argv)
     event(f"{argv[0]}: {outcome}")

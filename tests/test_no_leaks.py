@@ -141,3 +141,19 @@ def test_the_watch_finds_a_process_and_port_left_behind(tmp_path):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     assert len(leaks) == 2 and leaks[0].startswith("process ") and leaks[1].endswith("still listened on"), leaks
+
+
+def test_workers_end_within_seconds_when_the_plan_is_killed(tmp_path):
+    plan = Watched(tmp_path, "slow")  # 200 steps of 0.2 s: the workers would train on for 40 s and more
+    assert plan.wait(until="step 3 |") is None, plan.output()[-3000:]
+    plan._note()
+    workers = dict(plan.seen)
+    os.kill(plan.proc.pid, signal.SIGKILL)  # the launcher alone, no chance to clean up: SIGKILL is not caught
+    plan.proc.wait()
+    deadline = time.monotonic() + 10  # the parent-death signal is at once; the watchdog polls each 0.5 s
+    while time.monotonic() < deadline and (left := plan.leaks()):
+        time.sleep(0.5)
+    for pid in workers:  # whatever the outcome, leave nothing behind for the other tests
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert left == [], left

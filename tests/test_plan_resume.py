@@ -178,3 +178,14 @@ def test_an_estimate_and_its_projections_resume(tmp_path, capsys):
     # the fresh estimate replaced the old one, and the old one's projection went with it
     assert sorted(r["run_id"] for r in records) == sorted(r["run_id"] for r in fresh)
     assert fresh[1]["simulation"]["source_run_id"] == fresh[0]["run_id"] != estimated["run_id"]
+
+
+def test_a_diverged_run_is_finished_not_run_again(launched, tmp_path, capsys):
+    launched.outcome["fsdp"] = "diverged"  # an lr at the top of a sweep: running it again diverges again
+    first = reproduce.run_plan(_plan(), tmp_path)
+    assert [r["status"] for r in first] == ["complete", "diverged", "complete"]
+    capsys.readouterr()
+    second = reproduce.run_plan(_plan(), tmp_path)
+    assert launched.launched == ["ddp", "fsdp"]
+    assert f"skip [2/3] {first[1]['command']}: diverged record {first[1]['_path']}" in capsys.readouterr().err
+    assert "diverged" in reproduce.table(second).splitlines()[3]
