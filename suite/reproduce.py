@@ -38,6 +38,7 @@ from pathlib import Path
 from torch.distributed.elastic.multiprocessing.api import SignalException
 
 from suite import config
+from suite.atomic import atomic_write
 from suite.checkpoint import CheckpointError, latest, resumable_config, run_folder
 from suite.config import RunConfig, command_line
 from suite.launch import close_record, launch
@@ -45,8 +46,10 @@ from suite.micro import Microbench, micro_record
 from suite.plans import Estimate, Plan
 from suite.recorder import failed_record, new_run_id, repository_path
 from suite.records import load_records, read_record, summary_row, write_record
+from suite.timing import PlanTimer, render
 
 MB = 1e6
+SUMMARY = "plan-summary.txt"  # beside the records: the table and the time breakdown of the plan's last run
 # flags whose value is the folder a command wrote into (left out of the key, as are how a run was kept
 # alive: config.OPERATIONAL_FLAGS and `--set` of an operational field)
 _FOLDER_FLAGS = ("--results", "--write")
@@ -118,8 +121,9 @@ def same_item(item: Microbench) -> Callable[[dict], bool]:
 class Folder:
     """A plan's results folder: its records by configuration, and which of them an item supersedes."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, timer: PlanTimer | None = None) -> None:
         self.path = Path(path)
+        self.timer = timer or PlanTimer()  # where the plan's time goes (suite/timing.py)
         self.by_key: dict[tuple, list[dict]] = defaultdict(list)
         for rec in load_records(self.path)[0]:
             self.by_key[config_key(rec["command"])].append(rec)
@@ -137,7 +141,9 @@ class Folder:
     def done(self, command: str, same: Callable[[dict], bool] | None = None) -> dict | None:
         """The newest complete record of this configuration, or None."""
         found = [r for r in self.records_of(command) if r["status"] == "complete" and (same is None or same(r))]
-        return max(found, key=lambda r: (r["created"], r["_path"]), default=None)
+        done = max(found, key=lambda r: (r["created"], r["_path"]), default=None)
+        self.timer.skipped += done is not None
+        return done
 
     def add(self, record: dict, path: Path) -> None:
         """`record`, just written at `path`, supersedes the older records of its configuration: all of them
@@ -173,10 +179,11 @@ def plan_run(cfg: RunConfig, results: Path) -> RunConfig:
     return cfg
 
 
-def run_plan(plan: Plan, results: Path, fresh: bool = False) -> list[dict]:
+def run_plan(plan: Plan, results: Path, fresh: bool = False, timer: PlanTimer | None = None) -> list[dict]:
     """Every item of the plan in order, skipping those done (unless `fresh`); a failed run is recorded and
-    the plan goes on. Returns the plan's records, skipped items' included; Interrupted on a signal."""
-    folder = Folder(results)
+    the plan goes on. Returns the plan's records, skipped items' included; Interrupted on a signal.
+    `timer` collects where the time went (suite/timing.py)."""
+    folder = Folder(results, timer)
     total = len(plan.runs) + len(plan.estimates) + len(plan.micro)
     try:
         records = [
@@ -207,13 +214,16 @@ def run_item(cfg: RunConfig, folder: Folder, progress: str, fresh: bool) -> dict
         return done
     _say(f"[{progress}] {cfg.command}")
     cfg.run_id = cfg.run_id or new_run_id(cfg)
-    try:
-        path = _run_one(cfg, [] if fresh else folder.records_of(cfg.command))
-    except (KeyboardInterrupt, SignalException) as err:
-        _close_interrupted(cfg, err)
-        _settle(folder, cfg.record_path())  # a run that completed as the signal came still replaces older ones
-        raise
-    record = _settle(folder, path)
+    made: list[dict] = []
+    with folder.timer.launch(made):
+        try:
+            path = _run_one(cfg, [] if fresh else folder.records_of(cfg.command))
+        except (KeyboardInterrupt, SignalException) as err:
+            _close_interrupted(cfg, err)
+            _settle(folder, cfg.record_path())  # a run that completed as the signal came still replaces older ones
+            raise
+        record = _settle(folder, path)
+        made.append(record)
     _say(str(path))
     return record
 
@@ -283,7 +293,8 @@ def _micro_item(plan: Plan, item: Microbench, folder: Folder, progress: str, fre
     if done is not None:
         _say(f"skip [{progress}] {command}: complete record {done['_path']}")
         return done
-    record = run_micro(plan, item, folder.path, progress)
+    with folder.timer.item("microbenchmarks"):
+        record = run_micro(plan, item, folder.path, progress)
     folder.add(record, Path(record["_path"]))
     return record
 
@@ -339,7 +350,8 @@ def _estimate_item(est: Estimate, folder: Folder, progress: str, fresh: bool) ->
         record = done
     else:
         _say(f"[{progress}] {command}")
-        record = _estimate(est, folder.path, command)
+        with folder.timer.item("estimates"):
+            record = _estimate(est, folder.path, command)
         folder.add(record, Path(record["_path"]))
     out = [record]
     for name in est.topologies:
@@ -348,10 +360,19 @@ def _estimate_item(est: Estimate, folder: Folder, progress: str, fresh: bool) ->
         if sim is not None:
             _say(f"skip [{progress} projection] {sim_command}: complete record {sim['_path']}")
         else:
-            sim = _project(record, name, est.mfu, folder.path)
+            with folder.timer.item("projections"):
+                sim = _project(record, name, est.mfu, folder.path)
             folder.add(sim, Path(sim["_path"]))
         out.append(sim)
     return out
+
+
+def write_summary(results: Path, runs: str, timer: PlanTimer) -> str:
+    """The plan's summary (its table, then where its time went) in `results`/plan-summary.txt; returns the
+    breakdown as printed."""
+    text = f"where the plan's time went (wall seconds; suite/timing.py)\n{render(timer.breakdown())}"
+    atomic_write(Path(results) / SUMMARY, lambda f: f.write(f"{runs}\n\n{text}\n"))
+    return text
 
 
 def _label(rec: dict) -> str:
