@@ -43,6 +43,7 @@ from suite.checkpoint import CheckpointError, latest, resumable_config, run_fold
 from suite.config import RunConfig, command_line
 from suite.launch import close_record, launch
 from suite.micro import Microbench, micro_record
+from suite.multirun import launch_runs, shares_launch
 from suite.plans import Estimate, Plan
 from suite.recorder import failed_record, new_run_id, repository_path
 from suite.records import load_records, read_record, summary_row, write_record
@@ -186,10 +187,7 @@ def run_plan(plan: Plan, results: Path, fresh: bool = False, timer: PlanTimer | 
     folder = Folder(results, timer)
     total = len(plan.runs) + len(plan.estimates) + len(plan.micro)
     try:
-        records = [
-            run_item(plan_run(cfg, results), folder, f"{i}/{total}", fresh) for i, cfg in enumerate(plan.runs, 1)
-        ]
-        return records + run_local_items(plan, folder, fresh, len(plan.runs), total)
+        return run_runs(plan, folder, fresh, total) + run_local_items(plan, folder, fresh, len(plan.runs), total)
     except KeyboardInterrupt:
         raise Interrupted(signal.SIGINT) from None
     except SignalException as err:  # torchrun's agent turns SIGINT and SIGTERM into this once it has run
@@ -206,12 +204,63 @@ def run_local_items(plan: Plan, folder: Folder, fresh: bool, before: int, total:
     return records
 
 
-def run_item(cfg: RunConfig, folder: Folder, progress: str, fresh: bool) -> dict:
-    """One planned run (`plan_run` has set its command): skipped when done, launched otherwise."""
+def run_runs(plan: Plan, folder: Folder, fresh: bool, total: int) -> list[dict]:
+    """The plan's runs, in order of the plan's list: skipped when done; those that may share a launch
+    (suite/multirun.py) in one launch per world size and device, the others in a launch each."""
+    out: dict[int, dict] = {}
+    shared: dict[tuple, list[tuple[int, str, RunConfig]]] = defaultdict(list)
+    for i, cfg in enumerate(plan.runs, 1):
+        cfg, progress = plan_run(cfg, folder.path), f"{i}/{total}"
+        if (done := _done_run(cfg, folder, progress, fresh)) is not None:
+            out[i] = done
+        elif shares_launch(cfg) and _resumable([] if fresh else folder.records_of(cfg.command)) is None:
+            shared[(cfg.nproc, cfg.device)].append((i, progress, cfg))
+        else:
+            out[i] = launch_item(cfg, folder, progress, fresh)
+    for group in shared.values():
+        if len(group) == 1:
+            i, progress, cfg = group[0]
+            out[i] = launch_item(cfg, folder, progress, fresh)
+        else:
+            out.update(_launch_shared(group, folder))
+    return [out[i] for i in sorted(out)]
+
+
+def _launch_shared(group: list[tuple[int, str, RunConfig]], folder: Folder) -> dict[int, dict]:
+    """Runs of one world size in one launch; their records by plan position."""
+    cfgs = [cfg for _, _, cfg in group]
+    for cfg in cfgs:
+        cfg.run_id = cfg.run_id or new_run_id(cfg)
+    _say(f"one launch of {cfgs[0].nproc} workers for runs {', '.join(p for _, p, _ in group)}")
+    made: list[dict] = []
+    with folder.timer.launch(made):
+        try:
+            paths = launch_runs([(f"[{progress}] {cfg.command}", cfg) for _, progress, cfg in group])
+        except (KeyboardInterrupt, SignalException) as err:
+            # the runs done settle; the one in progress (the first not complete) says it was interrupted
+            for cfg in cfgs:
+                _close_interrupted(cfg, err)
+                _settle(folder, cfg.record_path())
+                if read_record(cfg.record_path())["status"] != "complete":
+                    break
+            raise
+        except Exception as err:  # the launcher itself failed: every run it did not finish is recorded failed
+            for cfg in cfgs:
+                close_record(cfg, "failed", lambda seen, err=err: f"the launcher failed: {err}")
+            paths = [cfg.record_path() for cfg in cfgs]
+        made += [_settle(folder, path) for path in paths]
+    return {i: rec for (i, _, _), rec in zip(group, made, strict=True)}
+
+
+def _done_run(cfg: RunConfig, folder: Folder, progress: str, fresh: bool) -> dict | None:
     done = None if fresh else folder.done(cfg.command, same_settings(dataclasses.asdict(cfg)))
     if done is not None:
         _say(f"skip [{progress}] {cfg.command}: complete record {done['_path']}")
-        return done
+    return done
+
+
+def launch_item(cfg: RunConfig, folder: Folder, progress: str, fresh: bool) -> dict:
+    """One planned run in a launch of its own (resumed from its checkpoint where one can)."""
     _say(f"[{progress}] {cfg.command}")
     cfg.run_id = cfg.run_id or new_run_id(cfg)
     made: list[dict] = []
