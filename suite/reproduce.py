@@ -28,11 +28,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import multiprocessing
+import os
 import shlex
 import signal
 import sys
 from collections import defaultdict
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -195,10 +198,17 @@ def run_plan(plan: Plan, results: Path, fresh: bool = False, timer: PlanTimer | 
 
 
 def run_local_items(plan: Plan, folder: Folder, fresh: bool, before: int, total: int) -> list[dict]:
-    """The plan's estimates (with their projections) and microbenchmark items, in this process."""
+    """The plan's estimates (side by side, then their projections) and microbenchmark items."""
     records = []
-    for i, est in enumerate(plan.estimates, before + 1):
-        records += _estimate_item(est, folder, f"{i}/{total}", fresh)
+    items = [(f"{i}/{total}", est) for i, est in enumerate(plan.estimates, before + 1)]
+    done = [_done_estimate(est, folder, progress, fresh) for progress, est in items]
+    with folder.timer.item("estimates"):
+        made = iter(_estimates([item for item, rec in zip(items, done, strict=True) if rec is None], folder.path))
+    for (progress, est), record in zip(items, done, strict=True):
+        if record is None:
+            record = next(made)
+            folder.add(record, Path(record["_path"]))
+        records += [record, *_projections(est, record, folder, progress)]
     for i, item in enumerate(plan.micro, before + len(plan.estimates) + 1):
         records.append(_micro_item(plan, item, folder, f"{i}/{total}", fresh))
     return records
@@ -360,13 +370,29 @@ def _projection_command(source: Path, topology: str, mfu: float, results: Path) 
     )
 
 
-def _estimate(est: Estimate, results: Path, command: str) -> dict:
+def _estimate(est: Estimate, results: Path, progress: str, processes: int | None = None) -> dict:
     from suite.estimate import estimate
 
-    record = estimate(dataclasses.replace(est.cfg, results=str(results), command=command), est.gpus_per_node)
+    command = estimate_command(est, results)
+    _say(f"[{progress}] {command}")
+    cfg = dataclasses.replace(est.cfg, results=str(results), command=command)
+    record = estimate(cfg, est.gpus_per_node, processes=processes)
     record["_path"] = str(write_record(record, results / f"{record['run_id']}.json"))
     _say(record["_path"])
     return record
+
+
+def _estimates(items: list[tuple[str, Estimate]], results: Path) -> list[dict]:
+    """Estimate `items` ((progress, estimate) pairs): side by side, one per core, each stepping its ranks in
+    turn, where there are cores for more than one. An estimate is CPU-bound Python on fake tensors, and its
+    ranks are independent: this keeps every core busy with the imports paid once per core."""
+    workers = min(len(items), os.cpu_count() or 1)
+    if workers < 2:
+        return [_estimate(est, results, progress) for progress, est in items]
+    # spawn: fresh interpreters, with no fake process group or fake mode inherited (suite/estimate)
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        jobs = [pool.submit(_estimate, est, results, progress, 1) for progress, est in items]
+        return [job.result() for job in jobs]
 
 
 def _project(source: dict, topology: str, mfu: float, results: Path) -> dict:
@@ -382,27 +408,24 @@ def _project(source: dict, topology: str, mfu: float, results: Path) -> dict:
 
 def run_estimate(est: Estimate, results: Path, progress: str) -> list[dict]:
     """The estimate's record and one simulated record per topology, written into `results`."""
-    command = estimate_command(est, results)
-    _say(f"[{progress}] {command}")
-    record = _estimate(est, results, command)
+    record = _estimate(est, results, progress)
     return [record, *(_project(record, name, est.mfu, results) for name in est.topologies)]
 
 
-def _estimate_item(est: Estimate, folder: Folder, progress: str, fresh: bool) -> list[dict]:
-    """An estimate skipped when done; each of its projections too (made from the estimate it projects)."""
+def _done_estimate(est: Estimate, folder: Folder, progress: str, fresh: bool) -> dict | None:
+    """The estimate's complete record of this configuration, if the folder has one (and not `fresh`)."""
     from suite.estimate import prepare
 
     command = estimate_command(est, folder.path)
     done = None if fresh else folder.done(command, same_settings(dataclasses.asdict(prepare(est.cfg))))
     if done is not None:
         _say(f"skip [{progress}] {command}: complete record {done['_path']}")
-        record = done
-    else:
-        _say(f"[{progress}] {command}")
-        with folder.timer.item("estimates"):
-            record = _estimate(est, folder.path, command)
-        folder.add(record, Path(record["_path"]))
-    out = [record]
+    return done
+
+
+def _projections(est: Estimate, record: dict, folder: Folder, progress: str) -> list[dict]:
+    """Each projection of the estimate `record`, skipped when done (made from the estimate it projects)."""
+    out = []
     for name in est.topologies:
         sim_command = _projection_command(Path(record["_path"]), name, est.mfu, folder.path)
         sim = folder.done(sim_command)
