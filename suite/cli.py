@@ -235,7 +235,7 @@ def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
     from suite.extensions import get_reproduction
     from suite.plans import load_plan
     from suite.reproduce import Interrupted, run_plan, table, write_summary
-    from suite.timing import PlanTimer
+    from suite.timing import PlanTimer, render
 
     timer = PlanTimer()
 
@@ -279,6 +279,7 @@ def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
             "run the same command again to resume (complete records are skipped)",
             file=sys.stderr,
         )
+        print(render(timer.breakdown()), file=sys.stderr)
         return 128 + err.signum
     print(table(records))
     report = Path(args.report or f"reports/{args.name}")

@@ -35,7 +35,6 @@ import signal
 import sys
 from collections import defaultdict
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -389,10 +388,11 @@ def _estimates(items: list[tuple[str, Estimate]], results: Path) -> list[dict]:
     workers = min(len(items), os.cpu_count() or 1)
     if workers < 2:
         return [_estimate(est, results, progress) for progress, est in items]
-    # spawn: fresh interpreters, with no fake process group or fake mode inherited (suite/estimate)
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        jobs = [pool.submit(_estimate, est, results, progress, 1) for progress, est in items]
-        return [job.result() for job in jobs]
+    # spawn: fresh interpreters, with no fake process group or fake mode inherited (suite/estimate); a Pool,
+    # not a ProcessPoolExecutor: leaving its block on Ctrl-C or a signal terminates the workers instead of
+    # waiting for their estimates to finish
+    with multiprocessing.get_context("spawn").Pool(workers) as pool:
+        return pool.starmap(_estimate, [(est, results, progress, 1) for progress, est in items], chunksize=1)
 
 
 def _project(source: dict, topology: str, mfu: float, results: Path) -> dict:
