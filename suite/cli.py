@@ -270,7 +270,10 @@ def cmd_report(args: argparse.Namespace, argv: list[str]) -> int:
 def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
     from suite.extensions import get_reproduction
     from suite.plans import load_plan
-    from suite.reproduce import Interrupted, run_plan, table
+    from suite.reproduce import Interrupted, run_plan, table, write_summary
+    from suite.timing import PlanTimer, render
+
+    timer = PlanTimer()
 
     if args.list:
         return _list_reproductions()
@@ -307,24 +310,27 @@ def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
                 return 0
             records, missing = outcome
         else:
-            records = run_plan(plan, results, args.fresh)
+            records = run_plan(plan, results, args.fresh, timer)
     except Interrupted as err:
         print(
             f"{err}: the records written so far stay in {results}; "
             "run the same command again to resume (complete records are skipped)",
             file=sys.stderr,
         )
+        print(render(timer.breakdown()), file=sys.stderr)
         return 128 + err.signum
     print(table(records))
     report = Path(args.report or f"reports/{args.name}")
-    try:
-        from suite.report import build_report
+    with timer.item("report"):
+        try:
+            from suite.report import build_report
 
-        print(build_report(results, report))
-    except ImportError as err:
-        print(f"report not written: {err}", file=sys.stderr)
-    if (own := get_reproduction(args.name).report) is not None:
-        print(own(results, report))
+            print(build_report(results, report))
+        except ImportError as err:
+            print(f"report not written: {err}", file=sys.stderr)
+        if (own := get_reproduction(args.name).report) is not None:
+            print(own(results, report))
+    print(write_summary(results, table(records), timer))
     return 0 if not missing and all(r["status"] in FINISHED for r in records) else 1
 
 

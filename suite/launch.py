@@ -36,32 +36,38 @@ def launch(cfg: RunConfig) -> Path:
     with tempfile.TemporaryDirectory(prefix="suite-launch-") as tmp:
         spec = Path(tmp) / "run.json"
         spec.write_text(cfg.to_json())
-        config = LaunchConfig(
-            min_nodes=1,
-            max_nodes=1,
-            nproc_per_node=cfg.nproc,
-            run_id=cfg.run_id,
-            rdzv_backend="c10d",
-            rdzv_endpoint="localhost:0",
-            max_restarts=cfg.max_restarts,  # each restart resumes from the newest checkpoint (suite/train.py)
-            monitor_interval=0.1,
-        )
-        # Workers get the allocator's defaults: the glibc thresholds once set here made every timed step
-        # 1.7-1.9x slower and changed no tensor-level peak (issue 19; numbers in suite/meters/memory.py).
-        # torchrun's command line sets this; its API does not, and oversubscribed threads cost 5-10x here
-        os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // cfg.nproc)))
-        os.environ[LAUNCHER_PID] = str(os.getpid())  # the workers end when this process does (suite/faults.py)
         kills = oom_kills()
         try:
-            elastic_launch(config, sys.executable)("-m", "suite.worker", str(spec))
+            # each restart resumes from the newest checkpoint (suite/train.py)
+            start_workers(cfg.nproc, cfg.run_id, cfg.max_restarts, "suite.worker", spec)
         except ChildFailedError as err:
             rank, failure = err.get_first_failure()
             oom = kills is not None and (oom_kills() or 0) > kills
-            _mark_failed(cfg, f"worker {rank} {_exit_text(failure.exitcode, oom)}")
+            _mark_failed(cfg, f"worker {rank} {exit_text(failure.exitcode, oom)}")
     return cfg.record_path()
 
 
-def _exit_text(code: int, oom: bool = False) -> str:
+def start_workers(nproc: int, run_id: str, max_restarts: int, module: str, spec: Path) -> None:
+    """`python -m module spec` on `nproc` local workers under torchrun; ChildFailedError when one fails."""
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=nproc,
+        run_id=run_id,
+        rdzv_backend="c10d",
+        rdzv_endpoint="localhost:0",
+        max_restarts=max_restarts,
+        monitor_interval=0.1,
+    )
+    # Workers get the allocator's defaults: the glibc thresholds once set here made every timed step
+    # 1.7-1.9x slower and changed no tensor-level peak (issue 19; numbers in suite/meters/memory.py).
+    # torchrun's command line sets this; its API does not, and oversubscribed threads cost 5-10x here
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
+    os.environ[LAUNCHER_PID] = str(os.getpid())  # the workers end when this process does (suite/faults.py)
+    elastic_launch(config, sys.executable)("-m", module, str(spec))
+
+
+def exit_text(code: int, oom: bool = False) -> str:
     if oom and code == -signal.SIGKILL:  # the cgroup's oom_kill count rose while the workers ran
         return "was killed by the kernel's out-of-memory killer (SIGKILL): lower micro_batch, seq_len or --nproc"
     if code < 0:

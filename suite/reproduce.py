@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import multiprocessing
+import os
 import shlex
 import signal
 import sys
@@ -38,16 +40,20 @@ from pathlib import Path
 from torch.distributed.elastic.multiprocessing.api import SignalException
 
 from suite import config
+from suite.atomic import atomic_write
 from suite.checkpoint import CheckpointError, latest, resumable_config, run_folder
 from suite.config import RunConfig, command_line
 from suite.launch import close_record, launch
 from suite.lock import one_writer
 from suite.micro import Microbench, micro_record
+from suite.multirun import launch_runs, shares_launch
 from suite.plans import Estimate, Plan
 from suite.recorder import failed_record, new_run_id, repository_path
 from suite.records import FINISHED, load_records, read_record, summary_row, write_record
+from suite.timing import PlanTimer, render
 
 MB = 1e6
+SUMMARY = "plan-summary.txt"  # beside the records: the table and the time breakdown of the plan's last run
 # flags whose value is the folder a command wrote into (left out of the key, as are how a run was kept
 # alive: config.OPERATIONAL_FLAGS and `--set` of an operational field)
 _FOLDER_FLAGS = ("--results", "--write")
@@ -119,8 +125,9 @@ def same_item(item: Microbench) -> Callable[[dict], bool]:
 class Folder:
     """A plan's results folder: its records by configuration, and which of them an item supersedes."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, timer: PlanTimer | None = None) -> None:
         self.path = Path(path)
+        self.timer = timer or PlanTimer()  # where the plan's time goes (suite/timing.py)
         self.by_key: dict[tuple, list[dict]] = defaultdict(list)
         for rec in load_records(self.path)[0]:
             self.by_key[config_key(rec["command"])].append(rec)
@@ -138,7 +145,9 @@ class Folder:
     def done(self, command: str, same: Callable[[dict], bool] | None = None) -> dict | None:
         """The newest finished (complete or diverged) record of this configuration, or None."""
         found = [r for r in self.records_of(command) if r["status"] in FINISHED and (same is None or same(r))]
-        return max(found, key=lambda r: (r["created"], r["_path"]), default=None)
+        done = max(found, key=lambda r: (r["created"], r["_path"]), default=None)
+        self.timer.skipped += done is not None
+        return done
 
     def add(self, record: dict, path: Path) -> None:
         """`record`, just written at `path`, supersedes the older records of its configuration: all of them
@@ -174,17 +183,15 @@ def plan_run(cfg: RunConfig, results: Path) -> RunConfig:
     return cfg
 
 
-def run_plan(plan: Plan, results: Path, fresh: bool = False) -> list[dict]:
+def run_plan(plan: Plan, results: Path, fresh: bool = False, timer: PlanTimer | None = None) -> list[dict]:
     """Every item of the plan in order, skipping those done (unless `fresh`); a failed run is recorded and
-    the plan goes on. Returns the plan's records, skipped items' included; Interrupted on a signal."""
+    the plan goes on. Returns the plan's records, skipped items' included; Interrupted on a signal.
+    `timer` collects where the time went (suite/timing.py)."""
     with one_writer(results, f"reproduce {plan.name}"):
-        folder = Folder(results)
+        folder = Folder(results, timer)
         total = len(plan.runs) + len(plan.estimates) + len(plan.micro)
         try:
-            records = [
-                run_item(plan_run(cfg, results), folder, f"{i}/{total}", fresh) for i, cfg in enumerate(plan.runs, 1)
-            ]
-            return records + run_local_items(plan, folder, fresh, len(plan.runs), total)
+            return run_runs(plan, folder, fresh, total) + run_local_items(plan, folder, fresh, len(plan.runs), total)
         except KeyboardInterrupt:
             raise Interrupted(signal.SIGINT) from None
         except SignalException as err:  # torchrun's agent turns SIGINT and SIGTERM into this once it has run
@@ -192,30 +199,91 @@ def run_plan(plan: Plan, results: Path, fresh: bool = False) -> list[dict]:
 
 
 def run_local_items(plan: Plan, folder: Folder, fresh: bool, before: int, total: int) -> list[dict]:
-    """The plan's estimates (with their projections) and microbenchmark items, in this process."""
+    """The plan's estimates (side by side, then their projections) and microbenchmark items."""
     records = []
-    for i, est in enumerate(plan.estimates, before + 1):
-        records += _estimate_item(est, folder, f"{i}/{total}", fresh)
+    items = [(f"{i}/{total}", est) for i, est in enumerate(plan.estimates, before + 1)]
+    done = [_done_estimate(est, folder, progress, fresh) for progress, est in items]
+    with folder.timer.item("estimates"):
+        made = iter(_estimates([item for item, rec in zip(items, done, strict=True) if rec is None], folder.path))
+    for (progress, est), record in zip(items, done, strict=True):
+        if record is None:
+            record = next(made)
+            folder.add(record, Path(record["_path"]))
+        records += [record, *_projections(est, record, folder, progress)]
     for i, item in enumerate(plan.micro, before + len(plan.estimates) + 1):
         records.append(_micro_item(plan, item, folder, f"{i}/{total}", fresh))
     return records
 
 
-def run_item(cfg: RunConfig, folder: Folder, progress: str, fresh: bool) -> dict:
-    """One planned run (`plan_run` has set its command): skipped when done, launched otherwise."""
+def run_runs(plan: Plan, folder: Folder, fresh: bool, total: int) -> list[dict]:
+    """The plan's runs, in order of the plan's list: skipped when done; those that may share a launch
+    (suite/multirun.py) in one launch per world size and device, the others in a launch each."""
+    out: dict[int, dict] = {}
+    shared: dict[tuple, list[tuple[int, str, RunConfig]]] = defaultdict(list)
+    for i, cfg in enumerate(plan.runs, 1):
+        cfg, progress = plan_run(cfg, folder.path), f"{i}/{total}"
+        if (done := _done_run(cfg, folder, progress, fresh)) is not None:
+            out[i] = done
+        elif shares_launch(cfg) and _resumable([] if fresh else folder.records_of(cfg.command), cfg) is None:
+            shared[(cfg.nproc, cfg.device)].append((i, progress, cfg))
+        else:
+            out[i] = launch_item(cfg, folder, progress, fresh)
+    for group in shared.values():
+        if len(group) == 1:
+            i, progress, cfg = group[0]
+            out[i] = launch_item(cfg, folder, progress, fresh)
+        else:
+            out.update(_launch_shared(group, folder))
+    return [out[i] for i in sorted(out)]
+
+
+def _launch_shared(group: list[tuple[int, str, RunConfig]], folder: Folder) -> dict[int, dict]:
+    """Runs of one world size in one launch; their records by plan position."""
+    cfgs = [cfg for _, _, cfg in group]
+    for cfg in cfgs:
+        cfg.run_id = cfg.run_id or new_run_id(cfg)
+    _say(f"one launch of {cfgs[0].nproc} workers for runs {', '.join(p for _, p, _ in group)}")
+    made: list[dict] = []
+    with folder.timer.launch(made):
+        try:
+            paths = launch_runs([(f"[{progress}] {cfg.command}", cfg) for _, progress, cfg in group])
+        except (KeyboardInterrupt, SignalException) as err:
+            # the runs done settle; the one in progress (the first not complete) says it was interrupted
+            for cfg in cfgs:
+                _close_interrupted(cfg, err)
+                _settle(folder, cfg.record_path())
+                if read_record(cfg.record_path())["status"] != "complete":
+                    break
+            raise
+        except Exception as err:  # the launcher itself failed: every run it did not finish is recorded failed
+            for cfg in cfgs:
+                close_record(cfg, "failed", lambda seen, err=err: f"the launcher failed: {err}")
+            paths = [cfg.record_path() for cfg in cfgs]
+        made += [_settle(folder, path) for path in paths]
+    return {i: rec for (i, _, _), rec in zip(group, made, strict=True)}
+
+
+def _done_run(cfg: RunConfig, folder: Folder, progress: str, fresh: bool) -> dict | None:
     done = None if fresh else folder.done(cfg.command, same_settings(dataclasses.asdict(cfg)))
     if done is not None:
         _say(f"skip [{progress}] {cfg.command}: {done['status']} record {done['_path']}")
-        return done
+    return done
+
+
+def launch_item(cfg: RunConfig, folder: Folder, progress: str, fresh: bool) -> dict:
+    """One planned run in a launch of its own (resumed from its checkpoint where one can)."""
     _say(f"[{progress}] {cfg.command}")
     cfg.run_id = cfg.run_id or new_run_id(cfg)
-    try:
-        path = _run_one(cfg, [] if fresh else folder.records_of(cfg.command))
-    except (KeyboardInterrupt, SignalException) as err:
-        _close_interrupted(cfg, err)
-        _settle(folder, cfg.record_path())  # a run that completed as the signal came still replaces older ones
-        raise
-    record = _settle(folder, path)
+    made: list[dict] = []
+    with folder.timer.launch(made):
+        try:
+            path = _run_one(cfg, [] if fresh else folder.records_of(cfg.command))
+        except (KeyboardInterrupt, SignalException) as err:
+            _close_interrupted(cfg, err)
+            _settle(folder, cfg.record_path())  # a run that completed as the signal came still replaces older ones
+            raise
+        record = _settle(folder, path)
+        made.append(record)
     _say(str(path))
     return record
 
@@ -287,7 +355,8 @@ def _micro_item(plan: Plan, item: Microbench, folder: Folder, progress: str, fre
     if done is not None:
         _say(f"skip [{progress}] {command}: {done['status']} record {done['_path']}")
         return done
-    record = run_micro(plan, item, folder.path, progress)
+    with folder.timer.item("microbenchmarks"):
+        record = run_micro(plan, item, folder.path, progress)
     folder.add(record, Path(record["_path"]))
     return record
 
@@ -304,13 +373,30 @@ def _projection_command(source: Path, topology: str, mfu: float, results: Path) 
     )
 
 
-def _estimate(est: Estimate, results: Path, command: str) -> dict:
+def _estimate(est: Estimate, results: Path, progress: str, processes: int | None = None) -> dict:
     from suite.estimate import estimate
 
-    record = estimate(dataclasses.replace(est.cfg, results=str(results), command=command), est.gpus_per_node)
+    command = estimate_command(est, results)
+    _say(f"[{progress}] {command}")
+    cfg = dataclasses.replace(est.cfg, results=str(results), command=command)
+    record = estimate(cfg, est.gpus_per_node, processes=processes)
     record["_path"] = str(write_record(record, results / f"{record['run_id']}.json"))
     _say(record["_path"])
     return record
+
+
+def _estimates(items: list[tuple[str, Estimate]], results: Path) -> list[dict]:
+    """Estimate `items` ((progress, estimate) pairs): side by side, one per core, each stepping its ranks in
+    turn, where there are cores for more than one. An estimate is CPU-bound Python on fake tensors, and its
+    ranks are independent: this keeps every core busy with the imports paid once per core."""
+    workers = min(len(items), os.cpu_count() or 1)
+    if workers < 2:
+        return [_estimate(est, results, progress) for progress, est in items]
+    # spawn: fresh interpreters, with no fake process group or fake mode inherited (suite/estimate); a Pool,
+    # not a ProcessPoolExecutor: leaving its block on Ctrl-C or a signal terminates the workers instead of
+    # waiting for their estimates to finish
+    with multiprocessing.get_context("spawn").Pool(workers) as pool:
+        return pool.starmap(_estimate, [(est, results, progress, 1) for progress, est in items], chunksize=1)
 
 
 def _project(source: dict, topology: str, mfu: float, results: Path) -> dict:
@@ -326,36 +412,43 @@ def _project(source: dict, topology: str, mfu: float, results: Path) -> dict:
 
 def run_estimate(est: Estimate, results: Path, progress: str) -> list[dict]:
     """The estimate's record and one simulated record per topology, written into `results`."""
-    command = estimate_command(est, results)
-    _say(f"[{progress}] {command}")
-    record = _estimate(est, results, command)
+    record = _estimate(est, results, progress)
     return [record, *(_project(record, name, est.mfu, results) for name in est.topologies)]
 
 
-def _estimate_item(est: Estimate, folder: Folder, progress: str, fresh: bool) -> list[dict]:
-    """An estimate skipped when done; each of its projections too (made from the estimate it projects)."""
+def _done_estimate(est: Estimate, folder: Folder, progress: str, fresh: bool) -> dict | None:
+    """The estimate's complete record of this configuration, if the folder has one (and not `fresh`)."""
     from suite.estimate import prepare
 
     command = estimate_command(est, folder.path)
     done = None if fresh else folder.done(command, same_settings(dataclasses.asdict(prepare(est.cfg))))
     if done is not None:
         _say(f"skip [{progress}] {command}: {done['status']} record {done['_path']}")
-        record = done
-    else:
-        _say(f"[{progress}] {command}")
-        record = _estimate(est, folder.path, command)
-        folder.add(record, Path(record["_path"]))
-    out = [record]
+    return done
+
+
+def _projections(est: Estimate, record: dict, folder: Folder, progress: str) -> list[dict]:
+    """Each projection of the estimate `record`, skipped when done (made from the estimate it projects)."""
+    out = []
     for name in est.topologies:
         sim_command = _projection_command(Path(record["_path"]), name, est.mfu, folder.path)
         sim = folder.done(sim_command)
         if sim is not None:
             _say(f"skip [{progress} projection] {sim_command}: complete record {sim['_path']}")
         else:
-            sim = _project(record, name, est.mfu, folder.path)
+            with folder.timer.item("projections"):
+                sim = _project(record, name, est.mfu, folder.path)
             folder.add(sim, Path(sim["_path"]))
         out.append(sim)
     return out
+
+
+def write_summary(results: Path, runs: str, timer: PlanTimer) -> str:
+    """The plan's summary (its table, then where its time went) in `results`/plan-summary.txt; returns the
+    breakdown as printed."""
+    text = f"where the plan's time went (wall seconds; suite/timing.py)\n{render(timer.breakdown())}"
+    atomic_write(Path(results) / SUMMARY, lambda f: f.write(f"{runs}\n\n{text}\n"))
+    return text
 
 
 def _label(rec: dict) -> str:

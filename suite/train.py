@@ -18,6 +18,7 @@ import time
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
+import psutil
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -41,6 +42,11 @@ from suite.protocols import Progress, from_args
 from suite.recorder import new_record, new_run_id
 from suite.records import RecordError, read_record, write_record
 from suite.strategy import Context, get_strategy
+
+
+def process_start() -> float:
+    """When this process started (epoch seconds)."""
+    return psutil.Process().create_time()
 
 
 class Task:
@@ -92,16 +98,18 @@ class Position:
 class Worker:
     """One rank's run; holds the pieces so each phase of the loop is a short method."""
 
-    def __init__(self, cfg: RunConfig) -> None:
+    def __init__(self, cfg: RunConfig, store: dict | None = None) -> None:
         self.cfg = cfg
         self.started = time.time()
+        self.timing: dict[str, float] = {"eval_s": 0.0, "final_evals_s": 0.0}
         self.resumed_from: int | None = None
         self.device = self._device()
         backend = "nccl" if self.device.type == "cuda" else "gloo"
         timeout = faults.set_collective_timeout(cfg.collective_timeout_s)
         if not dist.is_initialized():
             device_id = self.device if self.device.type == "cuda" else None
-            dist.init_process_group(backend, device_id=device_id, timeout=timeout, **faults.attempt_store(timeout))
+            meet = store or faults.attempt_store(timeout)
+            dist.init_process_group(backend, device_id=device_id, timeout=timeout, **meet)
         faults.rendezvous_done()
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         # a separate group for the loop's own control messages keeps them out of the ledger's groups
@@ -253,6 +261,7 @@ class Worker:
 
     @torch.no_grad()
     def evaluate(self) -> float:
+        start = time.perf_counter()
         model = self.assembled()
         model.eval()
         losses = []
@@ -260,6 +269,7 @@ class Worker:
             with self.strategy.autocast(self.ctx):
                 losses.append(self.task.loss(model, x.to(self.device), y.to(self.device)).item())
         model.train()
+        self.timing["eval_s"] += time.perf_counter() - start
         return sum(losses) / len(losses)
 
     def _mean(self, value: float) -> float:
@@ -320,7 +330,9 @@ class Worker:
                 next_checkpoint = at.step + cfg.checkpoint_every
             elif evaluate:
                 self._write()
+        start = time.perf_counter()
         self._final_evals()
+        self.timing["final_evals_s"] = time.perf_counter() - start
         self._close(progress, clock, at.flops_per_step)
 
     # ---- checkpoints and faults (suite/checkpoint.py) ----------------------------------------------------
@@ -491,6 +503,7 @@ class Worker:
             "(clipping included) and after-step work",
             "mfu": (flops_per_step / step_s) / (peak * self.world) if peak and step_s and flops_per_step else None,
         }
+        rec["timing"] = self._timing(clock)
         rec["status"] = "complete" if diverged is None else "diverged"
         if diverged is not None:
             train, val = diverged
@@ -500,6 +513,20 @@ class Worker:
                 + "; lower --set lr or raise warmup_steps"
             )
         self._write()
+
+    def _timing(self, clock: StepClock) -> dict:
+        """Where this attempt's wall time went on rank 0, for the plan's breakdown (suite/timing.py)."""
+        steps = clock.split_s() if self.resumed_from is None else None  # a resumed clock holds earlier attempts'
+        return {
+            **self.timing,
+            "steps_s": steps,
+            "run_s": time.time() - self.started,
+            "method": "wall seconds on rank 0 of this attempt: before_s in the worker process before the run "
+            "(start-up and imports, or the hand-over from the previous run of a multi-run worker), setup_s "
+            "(process groups, data, model, optimizer, meters), steps_s (timed, metered off the clock, warm-up), "
+            "eval_s (periodic validation), final_evals_s (downstream scores, checkpoint), run_s (set-up to "
+            "record, all of the above but before_s)",
+        }
 
     def _write(self) -> None:
         if self.rank == 0:
@@ -530,11 +557,16 @@ def _finite_or_none(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def train(cfg: RunConfig) -> Path:
-    """Run one training run in this worker process; returns the record's path."""
-    worker = Worker(cfg)
+def train(cfg: RunConfig, store: dict | None = None, since: float | None = None) -> Path:
+    """Run one training run in this worker process; returns the record's path.
+
+    `store`: init_process_group's store arguments for a world of this run's own (suite/multirun.py); `since`:
+    when this process became free for the run (its start by default), for the record's timing."""
+    worker = Worker(cfg, store)
+    worker.timing["before_s"] = worker.started - (process_start() if since is None else since)
     try:
         worker.build()
+        worker.timing["setup_s"] = time.time() - worker.started
         worker.run()
     except BaseException as err:
         worker.fail(err)

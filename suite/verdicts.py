@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from suite.claims import Claim
 from suite.metrics import METRICS, Samples, _arm, _per_seed
@@ -390,6 +389,8 @@ def _interval(samples: Samples) -> tuple[float, float]:
         return float(values.min()), float(values.max())
     if len(values) < 2 or np.ptp(values) == 0:
         return float(values.mean()), float(values.mean())
+    from scipy import stats  # here, not at the top: every worker imports this module (see _welch)
+
     half = stats.t.ppf(1 - ALPHA / 2, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values))
     return float(values.mean() - half), float(values.mean() + half)
 
@@ -438,6 +439,10 @@ def _too_short(claim: Claim, samples: Samples) -> str:
 
 
 def _welch(a: np.ndarray, b: np.ndarray, alternative: str) -> float:
+    # scipy.stats costs seconds to import, and every training worker imports this module (a reproduction's
+    # claim metrics register here when the worker discovers the reproductions), so it is imported on use
+    from scipy import stats
+
     return float(stats.ttest_ind(a, b, equal_var=False, alternative=alternative).pvalue)
 
 

@@ -49,6 +49,8 @@ def launched(monkeypatch) -> FakeLaunch:
         return real_run_one(cfg, existing)
 
     monkeypatch.setattr(reproduce, "launch", fake)
+    # runs that share a launch (suite/multirun.py) go through the same fake, one after the other
+    monkeypatch.setattr(reproduce, "launch_runs", lambda runs: [fake(cfg) for _, cfg in runs])
     monkeypatch.setattr(reproduce, "_run_one", run_one)
     return fake
 
@@ -85,7 +87,7 @@ def test_a_plan_resumes_skipping_complete_records_and_rerunning_failed_ones(laun
     launched.outcome["fsdp"] = "failed"
     first = reproduce.run_plan(_plan(), tmp_path)
     assert [r["status"] for r in first] == ["complete", "failed", "complete"]
-    assert launched.launched == ["ddp", "fsdp"] and launched.existing == [[], []]
+    assert launched.launched == ["ddp", "fsdp"] and launched.existing == []  # one shared launch, nothing to resume
     failed_path = first[1]["_path"]
     capsys.readouterr()
 

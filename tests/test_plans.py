@@ -12,9 +12,9 @@ from suite.cli import config_from_args, parser
 from suite.config import RunConfig, command_line
 from suite.extensions import reproductions
 from suite.optim import split_variant
-from suite.plans import Estimate, load_plan
+from suite.plans import Estimate, Plan, load_plan
 from suite.records import read_record, validate
-from suite.reproduce import run_estimate
+from suite.reproduce import run_estimate, run_plan
 from suite.strategy import get_strategy
 
 A100 = "4xA100-nvlink-4x200gbIB"
@@ -54,3 +54,22 @@ def test_estimates_write_estimated_and_simulated_records(tmp_path):
     # 8 ranks on nodes of 4: DDP's all-reduce crosses nodes, and the projection prices it on InfiniBand
     assert any(op["tier"] == "inter-node" for op in estimated["comm"]["per_rank"][0]["ops"])
     assert simulated["simulation"]["comm_s"] > 0
+
+
+def _estimated(rec: dict) -> dict:
+    """What an estimate found, without its identity and timings."""
+    return {k: rec[k] for k in ("memory", "comm", "totals", "model", "parallel", "variant")} | {
+        "estimate": {k: v for k, v in rec["estimate"].items() if k != "wall_s"}
+    }
+
+
+@pytest.mark.slow
+def test_estimates_side_by_side_equal_estimates_in_turn(tmp_path):
+    """A plan's estimates run one per core (suite.reproduce._estimates); each equals the estimate made alone."""
+    ests = [
+        Estimate(RunConfig(method=m, model="llama-tiny", nproc=4, micro_batch=2, seq_len=64, variant=v), 2)
+        for m, v in (("ddp", {}), ("b-sdp", {"C": 0.5}))
+    ]
+    side_by_side = run_plan(Plan("demo", "smoke", [], protocol="none", estimates=ests), tmp_path / "plan")
+    alone = [run_estimate(est, tmp_path / "alone", "1/1")[0] for est in ests]
+    assert [_estimated(r) for r in side_by_side] == [_estimated(r) for r in alone]

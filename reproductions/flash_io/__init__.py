@@ -7,9 +7,17 @@ from reproductions.flash_io.count import count_io
 from reproductions.flash_io.meter import AttentionIoMeter
 from reproductions.flash_io.method import METHODS
 from reproductions.flash_io.plan import plan
-from reproductions.flash_io.report import write as write_report
 from suite.extensions import Reproduction
 from suite.pairs import Config, Pair
+
+
+def write_report(results_dir: str | Path, out_dir: str | Path) -> Path:
+    """io.html (reproductions/flash_io/report.py), imported on use: matplotlib costs every worker seconds, and
+    every worker imports this declaration when it discovers the reproductions."""
+    from reproductions.flash_io.report import write
+
+    return write(results_dir, out_dir)
+
 
 # llama-tiny at sequence 1024 on one worker: attention is a visible part of the step there (at the pairs'
 # default 128 it is not); micro-batch 2 keeps a launch under a minute on 2 cores

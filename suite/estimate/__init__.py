@@ -41,10 +41,11 @@ def prepare(cfg: RunConfig) -> RunConfig:
     return out
 
 
-def _step_ranks(cfg: RunConfig, ranks: list[int], gpus_per_node: int) -> list[RankEstimate]:
-    """Estimate `ranks`, in parallel processes where there are cores: each rank is independent, and a
-    method whose ranks differ (SDP) needs every one stepped, which takes minutes at paper scale."""
-    workers = min(len(ranks), os.cpu_count() or 1)
+def _step_ranks(cfg: RunConfig, ranks: list[int], gpus_per_node: int, processes: int | None) -> list[RankEstimate]:
+    """Estimate `ranks`, in up to `processes` parallel processes (default: one per core): each rank is
+    independent, and a method whose ranks differ (SDP) needs every one stepped, which takes minutes at paper
+    scale."""
+    workers = min(len(ranks), processes or os.cpu_count() or 1)
     if workers < 2:
         return [estimate_rank(cfg, r, gpus_per_node) for r in ranks]
     # spawn: a fresh interpreter per worker, with no fake process group or fake mode inherited
@@ -52,11 +53,14 @@ def _step_ranks(cfg: RunConfig, ranks: list[int], gpus_per_node: int) -> list[Ra
         return list(pool.map(estimate_rank, [cfg] * len(ranks), ranks, [gpus_per_node] * len(ranks)))
 
 
-def estimate(cfg: RunConfig, gpus_per_node: int = 8, ranks: Literal["auto", "all"] = "auto") -> dict:
+def estimate(
+    cfg: RunConfig, gpus_per_node: int = 8, ranks: Literal["auto", "all"] = "auto", processes: int | None = None
+) -> dict:
     """The run record (provenance `estimated`) of `cfg` on `cfg.nproc` ranks, nodes of `gpus_per_node`.
 
     ranks="auto" steps rank 0 and compares its signature with `sampled_ranks`'; if one differs, every
-    rank is stepped. ranks="all" steps every rank.
+    rank is stepped. ranks="all" steps every rank. `processes`: how many processes may step ranks at once
+    (default: one per core; 1 where estimates already run side by side, suite/reproduce.py).
     """
     if ranks not in RANK_POLICIES:
         raise ValueError(f"ranks must be one of {', '.join(RANK_POLICIES)}, got {ranks!r}")
@@ -81,6 +85,6 @@ def estimate(cfg: RunConfig, gpus_per_node: int = 8, ranks: Literal["auto", "all
         estimated, stands_for = [first], dict.fromkeys(range(world), 0)
     else:
         symmetry = None
-        estimated = [first, *_step_ranks(cfg, list(range(1, world)), gpus_per_node)]
+        estimated = [first, *_step_ranks(cfg, list(range(1, world)), gpus_per_node, processes)]
         stands_for = {r: r for r in range(world)}
     return build_record(estimated, stands_for, symmetry, checked, gpus_per_node, time.perf_counter() - start)

@@ -58,6 +58,7 @@ class StepClock:
         self.warmup = warmup
         self.period = max(period, 1)
         self.elapsed = 0.0
+        self.metered_s = 0.0  # steps off the clock (metered); elapsed - metered_s - timed = warm-up
         self.timed: list[_Step] = []
         self._seen = 0
         self._phases: dict[str, float] = {}
@@ -81,16 +82,24 @@ class StepClock:
             self._phases[name] = self._phases.get(name, 0.0) + begin.elapsed_time(end) / 1000
         self.elapsed += dt
         self._seen += 1
-        if on_clock and self._seen > self.warmup:
+        if not on_clock:
+            self.metered_s += dt
+        elif self._seen > self.warmup:
             self.timed.append(_Step(index, dt, tokens, self._phases, cpu))
+
+    def split_s(self) -> dict[str, float]:
+        """Seconds of all steps so far by kind: timed, metered (off the clock) and warm-up."""
+        timed = sum(s.seconds for s in self.timed)
+        return {"timed": timed, "metered": self.metered_s, "warmup": max(self.elapsed - timed - self.metered_s, 0.0)}
 
     def state(self) -> dict:
         """What a checkpoint keeps (plain data): the seconds so far and the timed steps."""
-        return {"elapsed": self.elapsed, "timed": [asdict(s) for s in self.timed]}
+        return {"elapsed": self.elapsed, "metered_s": self.metered_s, "timed": [asdict(s) for s in self.timed]}
 
     def restore(self, state: dict) -> None:
         """Continue from a checkpoint's `state`; the first steps after it warm up again (a new process is cold)."""
         self.elapsed = state["elapsed"]
+        self.metered_s = state.get("metered_s", 0.0)  # a checkpoint made before it was kept
         self.timed = [_Step(**s) for s in state["timed"]]
 
     @contextmanager
