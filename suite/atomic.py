@@ -4,8 +4,8 @@ Everything the suite writes for others to read (records, HTML pages, figures, mo
 folders) is written under a temporary dot-name in the same folder, flushed to disk, then renamed over the
 final name; a rename within one file system is atomic on POSIX. The report's pages skip the flush
 (`durable=False`): a rebuild regenerates them from the records, and two fsyncs per page were most of the time
-of a 1,000-record report on a busy disk (about 20 ms a page, measured); the rename keeps them whole. A writer killed half-way leaves only its
-dot-named temporary behind, and every reader of the suite skips dot-names.
+of a 1,000-record report on a busy disk (about 20 ms a page, measured); the rename keeps them whole. A writer
+killed half-way leaves only its dot-named temporary behind, and every reader of the suite skips dot-names.
 """
 
 from __future__ import annotations
