@@ -55,6 +55,7 @@ LAUNCH_FIELDS = (
     "calibration",
     "calibration_spread",
     "rss",
+    "losses",
     "launch_s",
     "slowdown",
 )

@@ -27,10 +27,16 @@ CPU = "AMD EPYC"
 SPEED = {BASE.key: 1000.0, FAST.key: 900.0, SLOW.key: 700.0}
 
 
-def launch(key: str, speed: float, counters: dict | None = None, units: float = 10.0) -> dict:
+LOSSES = [5.536699533462524, 4.9, 4.25, 3.75, 3.270644187927246]
+
+
+def launch(
+    key: str, speed: float, counters: dict | None = None, units: float = 10.0, losses: list[float] | None = None
+) -> dict:
     """One launch as benchmarks/measure.py records it (the fields the gate reads)."""
     return {
         "config": key,
+        "losses": LOSSES if losses is None else losses,
         "tokens_per_s": speed,
         "cpu_tokens_per_s": speed,
         "step_s": 1000 / speed,
@@ -158,6 +164,7 @@ def test_a_run_against_its_own_reference_passes():
     checks = gate.compare(bench_json(SPEED), REFERENCE, TOY)
     assert {c.verdict for c in checks} == {gate.OK} and not gate.failed(checks)
     assert {c.measure for c in checks if c.kind != "counter"} == {
+        "loss/all",
         "wall_ratio",
         "cpu_ratio",
         "cpu_units",
@@ -176,6 +183,37 @@ def test_a_changed_counter_fails_naming_counter_arm_values_and_the_refresh(capsy
         f"counter comm/all_reduce@replicate/bytes_per_step/rank0 of arm {FAST.key} changed from 4,096 to 8,192" in text
     )
     assert "--only counters --reason" in text
+
+
+def test_golden_losses_equal_at_every_step_pass():
+    checks = gate.compare(bench_json(SPEED), REFERENCE, TOY)
+    assert verdicts(checks, "loss/all") == dict.fromkeys([BASE.key, FAST.key, SLOW.key], gate.OK)
+    assert "golden losses: 3 of 3 loss curves equal" in gate.format_table(checks)
+
+
+def test_a_loss_changed_at_one_step_fails_naming_arm_step_and_both_values():
+    moved = [*LOSSES[:3], 3.7500000000000004, *LOSSES[4:]]
+    checks = gate.compare(bench_json(SPEED, losses=moved), REFERENCE, TOY)
+    changed = [c for c in checks if c.kind == "loss" and c.verdict == gate.CHANGED]
+    assert {(c.subject, c.measure, c.reference, c.measured) for c in changed} == {
+        (arm, "loss/step4", 3.75, 3.7500000000000004) for arm in (BASE.key, FAST.key, SLOW.key)
+    }
+    assert gate.failed(checks)
+    text = gate.format_table(checks)
+    assert f"loss of arm {FAST.key} differs first at step 4: reference 3.75, measured 3.7500000000000004" in text
+
+
+def test_a_shorter_loss_curve_differs_at_the_first_missing_step():
+    checks = gate.compare(bench_json(SPEED, losses=LOSSES[:2]), REFERENCE, TOY)
+    changed = {(c.measure, c.reference, c.measured) for c in checks if c.kind == "loss"}
+    assert changed == {("loss/step3", 4.25, None)} and gate.failed(checks)
+
+
+def test_an_arm_without_golden_losses_has_no_reference_and_fails():
+    reference = json.loads(json.dumps(REFERENCE))
+    del reference["arms"][SLOW.key]["losses"]
+    checks = gate.compare(bench_json(SPEED), reference, TOY)
+    assert verdicts(checks, "loss/*") == {SLOW.key: gate.NO_REFERENCE} and gate.failed(checks)
 
 
 def test_a_counter_that_appears_or_disappears_is_a_change():
@@ -278,6 +316,7 @@ def test_refreshing_only_counters_keeps_the_times_and_records_the_reason():
     more = {"comm/all_reduce@replicate/bytes_per_step/rank0": 8192, "flops/model_per_step": 10**9}
     new = gate.reference_from(bench_json(SPEED, counters=more, units=50.0), TOY, reason="bigger buckets", old=REFERENCE)
     assert new["arms"][FAST.key]["counters"] == more
+    assert new["arms"][FAST.key]["losses"] == LOSSES
     assert new["arms"][FAST.key]["cpu_units"] == REFERENCE["arms"][FAST.key]["cpu_units"]
     assert new["pairs"] == REFERENCE["pairs"]
     assert [h["reason"] for h in new["history"]] == ["the toy's first reference", "bigger buckets"]
