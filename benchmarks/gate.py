@@ -383,6 +383,27 @@ def reference_from(
     }
 
 
+def with_losses(bench: dict, old: dict, pairs: Sequence[Pair] = PAIRS, command: str = "", reason: str = "") -> dict:
+    """`old` with the golden losses of every arm this run measured (any subset of the pairs: a change that
+    moves some arms' losses needs only their pairs); every other arm and measure stays as it was."""
+    if not reason.strip():
+        raise ValueError("golden losses need a reason (--reason): say why they move, and commit it with the change")
+    arms = {
+        arm: [r["losses"] for r in runs if r.get("losses")]
+        for arm, runs in launches(pair_summaries(bench, pairs)).items()
+    }
+    new = {**old, "arms": {arm: dict(entry) for arm, entry in old.get("arms", {}).items()}}
+    for arm, curves in arms.items():
+        if not curves:
+            continue
+        if (step := next(filter(None, (first_difference(curves[0], c) for c in curves)), None)) is not None:
+            raise ValueError(f"arm {arm}'s launches in this run differ from step {step} on: no golden curve to keep")
+        new["arms"].setdefault(arm, {})["losses"] = curves[0]
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    new["history"] = [*old.get("history", []), {"written": now, "reason": reason, "command": command}]
+    return new
+
+
 def main(argv: list[str] | None = None, pairs: Sequence[Pair] = PAIRS) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.gate", description=__doc__.splitlines()[0])
     p.add_argument("bench_json", help="pytest-benchmark JSON of one `nox -s bench` run")
@@ -391,8 +412,9 @@ def main(argv: list[str] | None = None, pairs: Sequence[Pair] = PAIRS) -> int:
     p.add_argument("--reason", default="", help="why the reference moves (required with --write-reference)")
     p.add_argument(
         "--only",
-        choices=("counters",),
-        help="refresh only the exact measures (counters and golden losses); the times stay those of --reference",
+        choices=("counters", "losses"),
+        help="counters: refresh the exact measures (counters and golden losses; a full run), the times stay those "
+        "of --reference; losses: only the golden losses of the arms this run measured (any pairs)",
     )
     p.add_argument("--command", default=REFRESH, help="the command that measured the run, kept in the reference")
     p.add_argument("--all-counters", action="store_true", help="print every counter, not only those that changed")
@@ -403,7 +425,10 @@ def main(argv: list[str] | None = None, pairs: Sequence[Pair] = PAIRS) -> int:
             old = None
             if args.only:
                 old = load_json(args.reference, "reference", f"make a full one first: `{REFRESH}`")
-            ref = reference_from(bench, pairs, args.command, args.reason, old)
+            if args.only == "losses":
+                ref = with_losses(bench, old, pairs, args.command, args.reason)
+            else:
+                ref = reference_from(bench, pairs, args.command, args.reason, old)
             Path(args.write_reference).write_text(json.dumps(ref, indent=1) + "\n")
             print(f"wrote {args.write_reference}")
             return 0

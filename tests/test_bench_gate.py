@@ -216,6 +216,17 @@ def test_an_arm_without_golden_losses_has_no_reference_and_fails():
     assert verdicts(checks, "loss/*") == {SLOW.key: gate.NO_REFERENCE} and gate.failed(checks)
 
 
+def test_refreshing_golden_losses_from_some_pairs_keeps_every_other_arm_and_the_reason():
+    moved = [*LOSSES[:4], 3.25]
+    only_fsdp = bench_json({BASE.key: 1000.0, FAST.key: 900.0}, losses=moved)
+    new = gate.with_losses(only_fsdp, REFERENCE, TOY, command="bench -k fsdp", reason="new data order")
+    assert new["arms"][FAST.key]["losses"] == new["arms"][BASE.key]["losses"] == moved
+    assert new["arms"][SLOW.key] == REFERENCE["arms"][SLOW.key] and new["pairs"] == REFERENCE["pairs"]
+    assert new["history"][-1]["reason"] == "new data order"
+    with pytest.raises(ValueError, match="reason"):
+        gate.with_losses(only_fsdp, REFERENCE, TOY, reason="")
+
+
 def test_a_counter_that_appears_or_disappears_is_a_change():
     checks = gate.compare(bench_json(SPEED, counters={"flops/model_per_step": 10**9}), REFERENCE, TOY)
     gone = [c for c in checks if c.verdict == gate.CHANGED]
