@@ -285,6 +285,24 @@ def test_the_loop_measure_is_the_median_over_arms_so_one_slow_arm_moves_it_littl
     assert loop.verdict == gate.OK and loop.measured == pytest.approx(1.0)
 
 
+def test_the_loop_measure_is_not_judged_when_the_calibration_kernels_show_an_unsteady_machine():
+    slower = {k: v / 1.2 for k, v in SPEED.items()}  # every arm 20% slower: loop_units says SLOWER
+
+    def with_spread(spread: float) -> dict:
+        bench = bench_json(slower)
+        for b in bench["benchmarks"]:
+            for r in b["extra_info"]["rounds"]:
+                for side in (r["baseline"], r["method"]):
+                    side["calibration_spread"] = {"matmul_cpu_s": spread, "matmul_wall_s": 0.0}
+        return bench
+
+    steady = [c for c in gate.compare(with_spread(-0.05), REFERENCE, TOY) if c.measure == "loop_units"]
+    assert [c.verdict for c in steady] == [gate.SLOWER]
+    unsteady = [c for c in gate.compare(with_spread(-0.15), REFERENCE, TOY) if c.measure == "loop_units"]
+    assert [c.verdict for c in unsteady] == ["not judged: machine unsteady (spread 15.0%)"]
+    assert "not judged: machine unsteady (spread 15.0%)" in gate.format_table(unsteady)
+
+
 def test_time_measures_are_judged_on_the_references_processor_only(monkeypatch):
     monkeypatch.setattr(gate, "BLOCKING", frozenset({"counter", "cpu_units", "cpu_ratio"}))
     slower = {**SPEED, FAST.key: 900.0 / 1.3}
