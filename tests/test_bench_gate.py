@@ -427,6 +427,8 @@ def test_committed_reference_covers_every_pair_and_arm_with_a_reason():
     assert all(h["reason"].strip() and h["command"].strip() for h in reference["history"])
     suite_arms = [a for a in reference["arms"] if not a.startswith(BARE_LOOP)]
     assert all(reference["arms"][a]["counters"] for a in suite_arms if "nometers" not in a)
+    short = {c.key for p in selected(short=True) for c in (p.method, p.baseline)}
+    assert all(reference["arms"][a].get("losses") for a in suite_arms if a in short)  # golden losses
 
 
 @pytest.mark.slow
