@@ -81,9 +81,19 @@ def measure_bare(config: Config) -> dict:
     }
 
 
+def losses(rec: dict) -> list[float]:
+    """The training loss of every step, in order (the golden curve the gate compares exactly)."""
+    steps = [point["step"] for point in rec["curve"]]
+    if steps != list(range(1, len(steps) + 1)):
+        raise RuntimeError(f"run {rec['run_id']}: its curve lacks steps ({steps}); the bench logs every step")
+    return [point["train_loss"] for point in rec["curve"]]
+
+
 def measure_suite(config: Config, results: Path) -> dict:
-    """One launch of the suite's loop: its speed and its counters, from its record."""
-    path = launch(config.run_config(results))
+    """One launch of the suite's loop: its speed, its counters and its per-step losses, from its record."""
+    cfg = config.run_config(results)
+    cfg.log_every = 1  # every step's loss; the loss's mean over ranks goes over the control group, off the clock
+    path = launch(cfg)
     rec = read_record(path)
     if rec["status"] != "complete":
         raise RuntimeError(
@@ -97,6 +107,7 @@ def measure_suite(config: Config, results: Path) -> dict:
         "cpu_step_s_per_rank": throughput.get("cpu_step_s_per_rank"),
         "timed_steps": throughput["timed_steps"],
         "counters": counters(rec),
+        "losses": losses(rec),
         "rss": rss(rec),
         "run_id": rec["run_id"],
     }

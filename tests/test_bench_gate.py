@@ -27,10 +27,16 @@ CPU = "AMD EPYC"
 SPEED = {BASE.key: 1000.0, FAST.key: 900.0, SLOW.key: 700.0}
 
 
-def launch(key: str, speed: float, counters: dict | None = None, units: float = 10.0) -> dict:
+LOSSES = [5.536699533462524, 4.9, 4.25, 3.75, 3.270644187927246]
+
+
+def launch(
+    key: str, speed: float, counters: dict | None = None, units: float = 10.0, losses: list[float] | None = None
+) -> dict:
     """One launch as benchmarks/measure.py records it (the fields the gate reads)."""
     return {
         "config": key,
+        "losses": LOSSES if losses is None else losses,
         "tokens_per_s": speed,
         "cpu_tokens_per_s": speed,
         "step_s": 1000 / speed,
@@ -158,6 +164,7 @@ def test_a_run_against_its_own_reference_passes():
     checks = gate.compare(bench_json(SPEED), REFERENCE, TOY)
     assert {c.verdict for c in checks} == {gate.OK} and not gate.failed(checks)
     assert {c.measure for c in checks if c.kind != "counter"} == {
+        "loss/all",
         "wall_ratio",
         "cpu_ratio",
         "cpu_units",
@@ -176,6 +183,48 @@ def test_a_changed_counter_fails_naming_counter_arm_values_and_the_refresh(capsy
         f"counter comm/all_reduce@replicate/bytes_per_step/rank0 of arm {FAST.key} changed from 4,096 to 8,192" in text
     )
     assert "--only counters --reason" in text
+
+
+def test_golden_losses_equal_at_every_step_pass():
+    checks = gate.compare(bench_json(SPEED), REFERENCE, TOY)
+    assert verdicts(checks, "loss/all") == dict.fromkeys([BASE.key, FAST.key, SLOW.key], gate.OK)
+    assert "golden losses: 3 of 3 loss curves equal" in gate.format_table(checks)
+
+
+def test_a_loss_changed_at_one_step_fails_naming_arm_step_and_both_values():
+    moved = [*LOSSES[:3], 3.7500000000000004, *LOSSES[4:]]
+    checks = gate.compare(bench_json(SPEED, losses=moved), REFERENCE, TOY)
+    changed = [c for c in checks if c.kind == "loss" and c.verdict == gate.CHANGED]
+    assert {(c.subject, c.measure, c.reference, c.measured) for c in changed} == {
+        (arm, "loss/step4", 3.75, 3.7500000000000004) for arm in (BASE.key, FAST.key, SLOW.key)
+    }
+    assert gate.failed(checks)
+    text = gate.format_table(checks)
+    assert f"loss of arm {FAST.key} differs first at step 4: reference 3.75, measured 3.7500000000000004" in text
+
+
+def test_a_shorter_loss_curve_differs_at_the_first_missing_step():
+    checks = gate.compare(bench_json(SPEED, losses=LOSSES[:2]), REFERENCE, TOY)
+    changed = {(c.measure, c.reference, c.measured) for c in checks if c.kind == "loss"}
+    assert changed == {("loss/step3", 4.25, None)} and gate.failed(checks)
+
+
+def test_an_arm_without_golden_losses_has_no_reference_and_fails():
+    reference = json.loads(json.dumps(REFERENCE))
+    del reference["arms"][SLOW.key]["losses"]
+    checks = gate.compare(bench_json(SPEED), reference, TOY)
+    assert verdicts(checks, "loss/*") == {SLOW.key: gate.NO_REFERENCE} and gate.failed(checks)
+
+
+def test_refreshing_golden_losses_from_some_pairs_keeps_every_other_arm_and_the_reason():
+    moved = [*LOSSES[:4], 3.25]
+    only_fsdp = bench_json({BASE.key: 1000.0, FAST.key: 900.0}, losses=moved)
+    new = gate.with_losses(only_fsdp, REFERENCE, TOY, command="bench -k fsdp", reason="new data order")
+    assert new["arms"][FAST.key]["losses"] == new["arms"][BASE.key]["losses"] == moved
+    assert new["arms"][SLOW.key] == REFERENCE["arms"][SLOW.key] and new["pairs"] == REFERENCE["pairs"]
+    assert new["history"][-1]["reason"] == "new data order"
+    with pytest.raises(ValueError, match="reason"):
+        gate.with_losses(only_fsdp, REFERENCE, TOY, reason="")
 
 
 def test_a_counter_that_appears_or_disappears_is_a_change():
@@ -236,6 +285,24 @@ def test_the_loop_measure_is_the_median_over_arms_so_one_slow_arm_moves_it_littl
     assert loop.verdict == gate.OK and loop.measured == pytest.approx(1.0)
 
 
+def test_the_loop_measure_is_not_judged_when_the_calibration_kernels_show_an_unsteady_machine():
+    slower = {k: v / 1.2 for k, v in SPEED.items()}  # every arm 20% slower: loop_units says SLOWER
+
+    def with_spread(spread: float) -> dict:
+        bench = bench_json(slower)
+        for b in bench["benchmarks"]:
+            for r in b["extra_info"]["rounds"]:
+                for side in (r["baseline"], r["method"]):
+                    side["calibration_spread"] = {"matmul_cpu_s": spread, "matmul_wall_s": 0.0}
+        return bench
+
+    steady = [c for c in gate.compare(with_spread(-0.05), REFERENCE, TOY) if c.measure == "loop_units"]
+    assert [c.verdict for c in steady] == [gate.SLOWER]
+    unsteady = [c for c in gate.compare(with_spread(-0.15), REFERENCE, TOY) if c.measure == "loop_units"]
+    assert [c.verdict for c in unsteady] == ["not judged: machine unsteady (spread 15.0%)"]
+    assert "not judged: machine unsteady (spread 15.0%)" in gate.format_table(unsteady)
+
+
 def test_time_measures_are_judged_on_the_references_processor_only(monkeypatch):
     monkeypatch.setattr(gate, "BLOCKING", frozenset({"counter", "cpu_units", "cpu_ratio"}))
     slower = {**SPEED, FAST.key: 900.0 / 1.3}
@@ -278,6 +345,7 @@ def test_refreshing_only_counters_keeps_the_times_and_records_the_reason():
     more = {"comm/all_reduce@replicate/bytes_per_step/rank0": 8192, "flops/model_per_step": 10**9}
     new = gate.reference_from(bench_json(SPEED, counters=more, units=50.0), TOY, reason="bigger buckets", old=REFERENCE)
     assert new["arms"][FAST.key]["counters"] == more
+    assert new["arms"][FAST.key]["losses"] == LOSSES
     assert new["arms"][FAST.key]["cpu_units"] == REFERENCE["arms"][FAST.key]["cpu_units"]
     assert new["pairs"] == REFERENCE["pairs"]
     assert [h["reason"] for h in new["history"]] == ["the toy's first reference", "bigger buckets"]
@@ -359,6 +427,8 @@ def test_committed_reference_covers_every_pair_and_arm_with_a_reason():
     assert all(h["reason"].strip() and h["command"].strip() for h in reference["history"])
     suite_arms = [a for a in reference["arms"] if not a.startswith(BARE_LOOP)]
     assert all(reference["arms"][a]["counters"] for a in suite_arms if "nometers" not in a)
+    short = {c.key for p in selected(short=True) for c in (p.method, p.baseline)}
+    assert all(reference["arms"][a].get("losses") for a in suite_arms if a in short)  # golden losses
 
 
 @pytest.mark.slow

@@ -227,9 +227,8 @@ def arms(records: list[dict]) -> dict[str, Arm]:
         for i, (k, label) in enumerate(labels.items(), 1)
     }
     colours = _colours([r["provenance"] for r in firsts.values()])
-    columns = sorted(
-        {n for r in records for n in _dims(r) if n.startswith(("variant.", "setting.")) and _varies(records, n)}
-    )
+    names = {n for r in records for n in _dims(r) if n.startswith(("variant.", "setting."))}
+    columns = sorted(n for n in names if _varies(records, n))  # each name once: per record, it was quadratic
     return {
         k: Arm(
             labels[k],

@@ -20,6 +20,7 @@ from suite.atomic import write_text
 from suite.claims import Claim, ClaimsError, claims_for
 from suite.errors import UsageError
 from suite.records import load_records
+from suite.report import figures
 from suite.report.pages import Reproduction, css_token, index_context, reproduction_context, run_context
 from suite.verdicts import judge_all
 
@@ -80,6 +81,7 @@ def build_report_for(
     reproduction that has runs; passing `claims_by_reproduction` uses those instead (and lists
     reproductions that have claims but no runs yet)."""
     out = Path(out_dir)
+    figures.restart_ids()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -97,7 +99,7 @@ def build_report_for(
     def write(relative: str, template: str, context: dict) -> None:
         path = out / relative
         try:
-            write_text(path, templates.get_template(template).render(**context))
+            write_text(path, templates.get_template(template).render(**context), durable=False)  # suite.atomic
         except OSError as err:
             raise _unwritable(out, err) from None
         written.append(path)

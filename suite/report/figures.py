@@ -35,6 +35,13 @@ RC = {
 _ids = itertools.count()
 
 
+def restart_ids() -> None:
+    """Number the charts' SVG ids from 0 again: each build starts afresh, so a page reads the same whichever
+    builds ran before it in this process (ids need only be unique within a page)."""
+    global _ids
+    _ids = itertools.count()
+
+
 @dataclass(frozen=True)
 class Chart:
     title: str

@@ -1,0 +1,92 @@
+"""Every committed report under reports/ rebuilds, byte for byte, from the committed records under results/.
+
+A report is what `python -m suite reproduce NAME --preset smoke` wrote: the suite's pages (suite.report) and the
+reproduction's own (its `report` hook, e.g. flash-io's io.html), from results/NAME-smoke. A page that differs
+from its rebuild is stale (its records, claims or the report code changed and nobody regenerated it): the test
+names the page and its first differing line. Files drawn by separate commands (reports/dion/step-time.png,
+reproductions/dion/figure.py) are not rebuilt here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from suite.extensions import get_reproduction
+from suite.report import build_report
+
+ROOT = Path(__file__).resolve().parent.parent
+REPORTS = sorted(p.name for p in (ROOT / "reports").iterdir() if p.is_dir())
+PAGES = (".html", ".json")  # what the report code writes; figures drawn elsewhere (.png) are left out
+# Pages known to be stale, each until its report is regenerated (then remove it here): the dion page's
+# "not testable here" sentence changed in reproductions/dion/claims.yaml after the page was built.
+KNOWN_STALE = {"dion/reproductions/dion-91ce5ee9.html"}
+
+
+def first_difference(old: str, new: str) -> str:
+    """The first line where two texts differ, both versions shortened to one readable line each."""
+    old_lines, new_lines = old.splitlines(), new.splitlines()
+    for i, (a, b) in enumerate(zip(old_lines, new_lines), 1):
+        if a != b:
+            return f"line {i}: committed {a[:160]!r}, rebuilt {b[:160]!r}"
+    i = min(len(old_lines), len(new_lines)) + 1
+    return f"line {i}: one side ends (committed {len(old_lines)} lines, rebuilt {len(new_lines)})"
+
+
+def differences(committed: Path, rebuilt: Path) -> dict[str, str]:
+    """Page (relative to reports/) -> its first difference, for every page either side has."""
+    names = {p.relative_to(committed) for p in committed.rglob("*") if p.suffix in PAGES}
+    names |= {p.relative_to(rebuilt) for p in rebuilt.rglob("*") if p.suffix in PAGES}
+    out = {}
+    for name in sorted(names):
+        page = f"{committed.name}/{name}"
+        if not (committed / name).is_file():
+            out[page] = "the rebuild writes it, reports/ lacks it"
+        elif not (rebuilt / name).is_file():
+            out[page] = "committed, but no rebuild writes it (a page of records or claims that are gone)"
+        elif (old := (committed / name).read_text()) != (new := (rebuilt / name).read_text()):
+            out[page] = first_difference(old, new)
+    return out
+
+
+def rebuild(name: str, out: Path) -> Path:
+    """Run pages are named from their record's path as given, so the build reads results/ relative to the root,
+    as `reproduce` run from the repository did (the test chdirs there)."""
+    results = Path("results") / f"{name}-smoke"
+    assert results.is_dir(), f"reports/{name} has no records at results/{name}-smoke to rebuild it from"
+    build_report(results, out)
+    if (own := get_reproduction(name).report) is not None:
+        own(results, out)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", REPORTS)
+def test_committed_report_rebuilds(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    found = differences(ROOT / "reports" / name, rebuild(name, tmp_path / name))
+    stale = {page: why for page, why in found.items() if page not in KNOWN_STALE}
+    assert not stale, "stale committed pages (regenerate the report, README 'The two commands'):\n" + "\n".join(
+        f"reports/{page}: {why}" for page, why in stale.items()
+    )
+    fixed = {page for page in KNOWN_STALE if page.startswith(f"{name}/") and page not in found}
+    assert not fixed, f"{sorted(fixed)} now rebuild exactly: remove them from KNOWN_STALE"
+
+
+def test_first_difference_names_the_line() -> None:
+    assert first_difference("a\nb\nc", "a\nB\nc") == "line 2: committed 'b', rebuilt 'B'"
+    assert first_difference("a\nb", "a") == "line 2: one side ends (committed 2 lines, rebuilt 1)"
+
+
+def test_differences_name_a_changed_and_a_missing_page(tmp_path: Path) -> None:
+    committed, rebuilt = tmp_path / "x", tmp_path / "rebuilt" / "x"
+    for folder, text in ((committed, "<p>old</p>\n"), (rebuilt, "<p>new</p>\n")):
+        (folder / "runs").mkdir(parents=True)
+        (folder / "index.html").write_text("same\n")
+        (folder / "runs" / "a.html").write_text(text)
+    (committed / "runs" / "gone.html").write_text("x\n")
+    assert differences(committed, rebuilt) == {
+        "x/runs/a.html": "line 1: committed '<p>old</p>', rebuilt '<p>new</p>'",
+        "x/runs/gone.html": "committed, but no rebuild writes it (a page of records or claims that are gone)",
+    }
