@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import seaborn as sns
 
+from suite.arms import arm_of
+
 OFF = ("none", "off", "")
 PRESENT = "\x00present"  # a dimension's "default" when only its presence varies
 UNSET_TOO = "\x00unset"  # a switch's "default" when some runs leave it unset
@@ -47,27 +49,37 @@ class Arm:
 
 
 def key(record: dict) -> str:
-    """What makes two runs the same arm: method, variant, model, world size, batch settings and protocol
-    (not the seed)."""
-    return json.dumps(
-        [
-            record["method"],
-            record["variant"],
-            record["model"]["name"],
-            record["parallel"]["world_size"],
-            record["protocol"]["kind"],
-            batch_settings(record),
-        ],
-        sort_keys=True,
-    )
+    """What makes two runs the same arm (suite/arms.py): the whole configuration but the seed and how the run
+    was kept alive."""
+    return arm_of(record)["key"]
 
 
 SETTINGS = {"micro_batch": "mb", "seq_len": "seq", "grad_accum": "accum"}  # and how a label names them
+# optimisation settings a label names where they vary on a page; the optimizer itself follows the method's
+# name wherever a page has more than one ("ddp dion rank_fraction=0.25 lr=0.01")
+OPTIMISATION = {"lr": "lr", "lr_decay": "decay", "warmup_steps": "warmup"}
 
 
 def batch_settings(record: dict) -> dict[str, object]:
     settings, parallel = record.get("settings") or {}, record["parallel"]
     return {k: settings.get(k, parallel.get(k)) for k in SETTINGS}
+
+
+def optimizer_of(record: dict) -> str | None:
+    """The run's optimizer; None for a microbenchmark, which trains nothing."""
+    if "micro" in record:
+        return None
+    return (record.get("settings") or {}).get("optimizer") or record["variant"].get("optimizer")
+
+
+def _with_optimizer(label: str, record: dict) -> str:
+    head, _, rest = label.partition(" ")
+    return " ".join(w for w in (head, optimizer_of(record) or "", rest) if w)
+
+
+def optimisation(record: dict) -> dict[str, object]:
+    settings = record.get("settings") or {}
+    return {k: settings[k] for k in OPTIMISATION if k in settings}
 
 
 def _value(value: object) -> str:
@@ -76,8 +88,9 @@ def _value(value: object) -> str:
 
 def _dims(record: dict) -> dict[str, object]:
     return {
-        **{f"variant.{k}": v for k, v in record["variant"].items()},
+        **{f"variant.{k}": v for k, v in record["variant"].items() if k != "optimizer"},
         **{f"setting.{k}": v for k, v in batch_settings(record).items()},
+        **{f"setting.{k}": v for k, v in optimisation(record).items()},
         "model": record["model"]["name"],
         "world size": record["parallel"]["world_size"],
         "protocol": record["protocol"]["kind"],
@@ -157,7 +170,7 @@ def _label(record: dict, names: dict[str, str], spelled: bool) -> str:
     dims, head, parts = _dims(record), record["method"], []
     for name, default in names.items():
         value, short = dims.get(name), name.removeprefix("variant.")
-        short = SETTINGS.get(short.removeprefix("setting."), short)
+        short = {**SETTINGS, **OPTIMISATION}.get(short.removeprefix("setting."), short)
         usual = _value(value) == default and not spelled
         numeric = isinstance(value, (int, float)) and not isinstance(value, bool) and name.startswith("variant.")
         if value is None or usual and not numeric and not isinstance(value, bool):
@@ -218,6 +231,8 @@ def arms(records: list[dict]) -> dict[str, Arm]:
     for prune, spelled in ((True, False), (False, False), (False, True)):  # the shortest labels that tell apart
         shown = _shown(records, prune)
         labels = {k: _label(r, shown[r["method"]], spelled) for k, r in firsts.items()}
+        if len({optimizer_of(r) for r in records}) > 1:
+            labels = {k: _with_optimizer(label, firsts[k]) for k, label in labels.items()}
         if len(set(labels.values())) == len(labels):
             break
     else:  # something outside the dimensions differs: number them
