@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
 
 
 LR_DECAYS = ("constant", "cosine")
@@ -29,7 +29,7 @@ def check_lr_decay(cfg: RunConfig) -> None:
 
 def check_precision(precision: str) -> None:
     if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}; use --precision fp32 or --precision bf16")
+        raise ValueError(f"unknown precision {precision!r}; use --precision {', '.join(PRECISIONS)}")
 
 
 @dataclass

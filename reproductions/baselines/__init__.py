@@ -4,6 +4,8 @@ from baselines.ddp import DDP
 from baselines.fsdp import FSDP, HSDP
 from baselines.muon import MUON
 from baselines.optim import ADAMW
+from baselines.tp import TensorParallel
+from baselines.zero1 import Zero1
 from reproductions.baselines.plan import plan
 from suite.extensions import Reproduction
 from suite.pairs import Config, Pair
@@ -13,7 +15,7 @@ _DDP, _FSDP = Config("ddp"), Config("fsdp")
 REPRODUCTION = Reproduction(
     name="baselines",
     description="DDP, FSDP2 and HSDP, with activation checkpointing and bf16, equal tokens (no paper claim)",
-    methods=(DDP, FSDP, HSDP),
+    methods=(DDP, FSDP, HSDP, Zero1, TensorParallel),
     optimizers=(ADAMW, MUON),
     plan=plan,
     claims=None,
