@@ -36,9 +36,9 @@ class Zero1(DDP):
     def wrap_optimizer(self, optimizer: torch.optim.Optimizer, ctx: Context) -> torch.optim.Optimizer:
         groups = [{"params": g["params"], **_group_settings(g)} for g in optimizer.param_groups]
         # the wrapped optimizer holds no state yet (AdamW's is made on its first step): nothing is thrown away
-        return ZeroRedundancyOptimizer(
-            groups, optimizer_class=type(optimizer), process_group=ctx.process_groups["replicate"], **_constructor_defaults(optimizer)
-        )
+        group = ctx.process_groups["replicate"]
+        settings = _constructor_defaults(optimizer)
+        return ZeroRedundancyOptimizer(groups, optimizer_class=type(optimizer), process_group=group, **settings)
 
     def describe(self, ctx: Context) -> dict:
         return {"strategy": self.name, "mesh": {"replicate": ctx.world_size}, "optimizer_shards": ctx.world_size}
