@@ -249,6 +249,8 @@ MUON = OptimizerSpec(
         "mu": Param(float, 0.95, "momentum", low=0, high=1, high_open=True),
         "nesterov": Param(bool, True, "Nesterov momentum"),
         "adjust_lr": Param(str, "spectral_norm", "how the update is scaled to the matrix shape", choices=ADJUST_LR),
-        "scalar_lr": Param(float, None, "learning rate of the AdamW part (default: the run's lr)", low=0, low_open=True),
+        "scalar_lr": Param(
+            float, None, "learning rate of the AdamW part (default: the run's lr)", low=0, low_open=True
+        ),
     },
 )

@@ -30,6 +30,7 @@ class Zero1(DDP):
     name = "zero1"
 
     def check(self, world_size: int) -> None:
+        super().check(world_size)
         if self.cfg.checkpoint_every:
             raise ValueError("zero1 does not save checkpoints yet (its state is sharded); drop --checkpoint-every")
 
@@ -41,4 +42,4 @@ class Zero1(DDP):
         return ZeroRedundancyOptimizer(groups, optimizer_class=type(optimizer), process_group=group, **settings)
 
     def describe(self, ctx: Context) -> dict:
-        return {"strategy": self.name, "mesh": {"replicate": ctx.world_size}, "optimizer_shards": ctx.world_size}
+        return {**super().describe(ctx), "strategy": self.name, "optimizer_shards": ctx.world_size}

@@ -67,8 +67,15 @@ class Strategy(ABC):
     # steps after which the method's communication repeats (e.g. averaging every H steps): the ledger
     # counts one whole period, so per-step bytes are the period's total over its length
     comm_period: int = 1
+    # the --precision modes the method implements; any other is refused before launch
+    precisions: tuple[str, ...] = ("fp32", "bf16")
 
     def __init__(self, cfg: RunConfig, variant: dict | None = None) -> None:
+        if cfg.precision not in self.precisions:
+            raise ValueError(
+                f"method {self.name} runs in {', '.join(self.precisions)}, not {cfg.precision}; "
+                f"use --precision {self.precisions[0]} or a method that takes {cfg.precision} (ddp)"
+            )
         self.cfg = cfg
         given = parse_params(f"method {self.name}", self.params, cfg.variant if variant is None else variant)
         # declared defaults are filled in, so a run that names a default is the same arm as one that leaves it out

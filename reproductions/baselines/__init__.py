@@ -1,9 +1,11 @@
 """The harness's own comparison of its matched baselines: DDP, FSDP2, HSDP, activation checkpointing, bf16."""
 
+from baselines.compose import FsdpTp, PpFsdp
 from baselines.ddp import DDP
 from baselines.fsdp import FSDP, HSDP
 from baselines.muon import MUON
 from baselines.optim import ADAMW
+from baselines.pp import Pipeline, PipelineBubble
 from baselines.tp import TensorParallel
 from baselines.zero1 import Zero1
 from reproductions.baselines.plan import plan
@@ -15,7 +17,8 @@ _DDP, _FSDP = Config("ddp"), Config("fsdp")
 REPRODUCTION = Reproduction(
     name="baselines",
     description="DDP, FSDP2 and HSDP, with activation checkpointing and bf16, equal tokens (no paper claim)",
-    methods=(DDP, FSDP, HSDP, Zero1, TensorParallel),
+    methods=(DDP, FSDP, HSDP, Zero1, TensorParallel, Pipeline, FsdpTp, PpFsdp),
+    meters=(PipelineBubble,),
     optimizers=(ADAMW, MUON),
     plan=plan,
     claims=None,
