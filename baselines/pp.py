@@ -7,8 +7,8 @@ of the loop's micro-batches is split into `microbatches` pieces that the schedul
 is one data replica. The loss is known on the last stage only; it is broadcast to the others so that every
 rank reports the same (4 bytes per micro-step, in the ledger).
 
-The bubble is measured per rank on steps after the other meters' (`pipeline` section): the time this stage
-computes (its module's forward and backward, from hooks) against the schedule's wall time, beside GPipe's
+The bubble is measured per rank on the step after the other meters' (`pipeline` section): the time this stage
+computes (the schedule's forward and backward chunks, timed) against the schedule's wall time, beside GPipe's
 analytic idle fraction (P - 1) / (M + P - 1).
 """
 
@@ -155,26 +155,21 @@ class Pipeline(Strategy):
     def wrap_schedule(self, module: nn.Module, ctx: Context) -> None:
         P = self.mesh.size(self.mesh.mesh_dim_names.index("pp"))
         self.P, self.M = P, self.n_microbatches(ctx.world_size)
-        inputs, outputs = self._shapes(P)
-        # static shapes: the schedule's own shape inference would run autograd.grad under the FLOP meter's hooks
-        self.pipe_stage = PipelineStage(
-            module, self.index, P, ctx.device, input_args=inputs, output_args=outputs, group=self.pp_group
-        )
+        self.pipe_stage = PipelineStage(module, self.index, P, ctx.device, group=self.pp_group)
         _time_chunks(self.pipe_stage, module)
         schedule = SCHEDULES[self.variant["schedule"]]
         self.schedule = schedule(self.pipe_stage, self.M, loss_fn=self._schedule_loss)
-        self._loss_fn = None
+        self._infer_shapes(module, ctx)
 
-    def _shapes(self, P: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """This stage's input and output of one microbatch, on the meta device."""
-        rows, T = self.cfg.micro_batch // self.M, self.cfg.seq_len
-        hidden = torch.empty(rows, T, self.dim, device="meta")
-        first = torch.empty(rows, T, dtype=torch.long, device="meta")
-        head_dtype = torch.bfloat16 if self.cfg.precision == "bf16" else torch.float32
-        last = torch.empty(rows, T, self.vocab, dtype=head_dtype, device="meta")
-        # a later stage's input needs a gradient: it is what the stage sends back to the one before it
-        received = hidden.clone().requires_grad_()
-        return (first if self.index == 0 else received), (last if self.index == P - 1 else hidden)
+    def _infer_shapes(self, module: nn.Module, ctx: Context) -> None:
+        """One schedule step on zeros before training, its gradients thrown away: the schedule infers the
+        stages' shapes on its first step with autograd.grad, which fails under the FLOP meter's module hooks
+        (metered step 0). Off the ledger and the clock, like the loop's own set-up."""
+        rows = torch.zeros(self.cfg.micro_batch, self.cfg.seq_len, dtype=torch.long, device=ctx.device)
+        self._loss_fn = lambda _m, out, target: nn.functional.cross_entropy(out.flatten(0, 1).float(), target.flatten())
+        first, last = self.index == 0, self.index == self.P - 1
+        self.schedule.step(*((rows,) if first else ()), target=rows if last else None, losses=[] if last else None)
+        module.zero_grad(set_to_none=True)
 
     def _schedule_loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return self._loss_fn(nn.Identity(), output, target)
@@ -233,7 +228,7 @@ def _time_chunks(pipe_stage: PipelineStage, stage: Stage) -> None:
 
 
 class PipelineBubble(Meter):
-    """Measured idle fraction of each stage, on two steps after the other meters'."""
+    """Measured idle fraction of each stage, on the step after the other meters'."""
 
     name = "pipeline"
 
@@ -248,7 +243,7 @@ class PipelineBubble(Meter):
     def steps(self) -> range:
         cfg = self.ctx.cfg
         first = max(cfg.flop_step, cfg.mem_step + self.ctx.period, cfg.comm_step + self.ctx.period)
-        return range(first, first + 2) if cfg.meters else range(0)
+        return range(first, first + 1) if cfg.meters else range(0)
 
     def after(self, step: int) -> None:
         model = self.ctx.model()
@@ -270,6 +265,6 @@ class PipelineBubble(Meter):
             "per_rank": rows,
             "bubble_measured": sum(measured) / len(measured) if measured else None,
             "bubble_analytic": (P - 1) / (M + P - 1) if P and M else None,
-            "method": "per rank: 1 - (stage forward + backward time, module hooks) / schedule wall time, over two "
-            "steps after the other meters'; analytic: GPipe's (P - 1) / (M + P - 1)",
+            "method": "per rank: 1 - (time in the stage's forward and backward chunks) / schedule wall time, on the "
+            "step after the other meters'; analytic: GPipe's (P - 1) / (M + P - 1)",
         }

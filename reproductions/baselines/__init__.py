@@ -13,6 +13,7 @@ from suite.extensions import Reproduction
 from suite.pairs import Config, Pair
 
 _DDP, _FSDP = Config("ddp"), Config("fsdp")
+_ONE_REPLICA = (("micro_batch", 16), ("eval_every", 11))
 
 REPRODUCTION = Reproduction(
     name="baselines",
@@ -31,5 +32,10 @@ REPRODUCTION = Reproduction(
         # bf16 steps are 8-25x slower than fp32 on an AVX2-only CPU (no bf16 kernels): fewer steps
         Pair("ddp-bf16/ddp", Config("ddp", precision="bf16", steps=5), _DDP),
         Pair("hsdp/ddp", Config("hsdp", nproc=4), Config("ddp", nproc=4), tolerance=0.15),
+        Pair("zero1/ddp", Config("zero1"), _DDP),
+        # one data replica: the replica's micro-batch is the whole global batch (16 sequences), and the token
+        # budget (Config.run_config counts every rank a replica) of 5 steps gives the pair's 10
+        Pair("tp/ddp", Config("tp", sets=_ONE_REPLICA, steps=5), _DDP, tolerance=0.15),
+        Pair("pp/ddp", Config("pp", sets=_ONE_REPLICA, steps=5), _DDP, tolerance=0.15),
     ),
 )
