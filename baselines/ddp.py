@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager, nullcontext
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from baselines import precision
+from baselines import fp8, precision
 from baselines.checkpointing import apply_activation_checkpointing
 from suite.strategy import Context, Strategy
 
@@ -25,12 +25,19 @@ _NO_FORWARD_BUFFER_SYNC = (
 
 class DDP(Strategy):
     name = "ddp"
+    precisions = ("fp32", "bf16", "fp16", "fp8")
+
+    def check(self, world_size: int) -> None:
+        if self.cfg.precision == "fp8" and (missing := fp8.missing_dtypes()):
+            raise ValueError(f"--precision fp8 needs torch.{missing[0]}, which this torch lacks; use fp32 or bf16")
 
     def setup(self, ctx: Context) -> None:
         ctx.label_group(None, "replicate")
 
     def build(self, make_model: Callable[[], nn.Module], ctx: Context) -> nn.Module:
         model = make_model().to(ctx.device)
+        if self.cfg.precision == "fp8":
+            fp8.apply_fp8(model)
         if self.cfg.ac:
             apply_activation_checkpointing(model)
         ids = [ctx.device.index] if ctx.device.type == "cuda" else None
@@ -42,8 +49,12 @@ class DDP(Strategy):
     def autocast(self, ctx: Context) -> AbstractContextManager:
         return precision.autocast(ctx.device, self.cfg.precision)
 
+    def grad_scaler(self, ctx: Context):
+        return precision.grad_scaler(ctx.device, self.cfg.precision)
+
     def eval_model(self, model: nn.Module) -> nn.Module:
         return model.module
 
     def describe(self, ctx: Context) -> dict:
-        return {"strategy": "ddp", "mesh": {"replicate": ctx.world_size}}
+        note = {"precision_note": fp8.NOTE} if self.cfg.precision == "fp8" else {}
+        return {"strategy": "ddp", "mesh": {"replicate": ctx.world_size}, **note}

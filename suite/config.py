@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
 LR_DECAYS = ("constant", "cosine")
 KINDS = ("arm", "seed", "record", "operational", "output")
 
@@ -41,7 +41,7 @@ def check_lr_decay(cfg: RunConfig) -> None:
 
 def check_precision(precision: str) -> None:
     if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}; use --precision fp32 or --precision bf16")
+        raise ValueError(f"unknown precision {precision!r}; use --precision {', '.join(PRECISIONS)}")
 
 
 def setting(
@@ -118,7 +118,7 @@ class RunConfig:
     results: str = setting("results/runs", "folder for the run record", kind="output", flag="--results", settable=False)
     # composition with any method
     ac: bool = setting(False, "activation checkpointing of every block", flag="--ac")
-    precision: str = setting("fp32", "fp32 or bf16", flag="--precision")
+    precision: str = setting("fp32", "fp32, bf16, fp16 (with a loss scaler) or fp8 (emulated)", flag="--precision")
     optimizer: str = setting("adamw", "an optimizer (adamw, muon, dion, ...)", flag="--optimizer")
     # optimisation
     lr: float = setting(3e-3, "peak learning rate")

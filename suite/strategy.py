@@ -5,6 +5,11 @@ DESIGN.md: process groups, which parameters exist on this rank and how they are 
 path, gradient aggregation that no wrapper does, the optimizer, what happens after the optimizer step,
 which data each rank reads, which model is evaluated, and what the record says about it. The loop, the
 meters and the record are fixed (AlgoPerf's split between a submission and its workload).
+
+Three hooks let a strategy replace a piece of the step where a wrapper cannot do its work from outside:
+`forward_backward` (a pipeline runs its own schedule over the micro-batch), `wrap_optimizer` (ZeRO-1 shards
+the run's optimizer) and `grad_scaler` (fp16's loss scaling: the loop scales the loss before backward,
+unscales before clipping and lets the scaler skip a step whose gradients are not finite).
 """
 
 from __future__ import annotations
@@ -62,8 +67,15 @@ class Strategy(ABC):
     # steps after which the method's communication repeats (e.g. averaging every H steps): the ledger
     # counts one whole period, so per-step bytes are the period's total over its length
     comm_period: int = 1
+    # the --precision modes the method implements; any other is refused before launch
+    precisions: tuple[str, ...] = ("fp32", "bf16")
 
     def __init__(self, cfg: RunConfig, variant: dict | None = None) -> None:
+        if cfg.precision not in self.precisions:
+            raise ValueError(
+                f"method {self.name} runs in {', '.join(self.precisions)}, not {cfg.precision}; "
+                f"use --precision {self.precisions[0]} or a method that takes {cfg.precision} (ddp)"
+            )
         self.cfg = cfg
         given = parse_params(f"method {self.name}", self.params, cfg.variant if variant is None else variant)
         # declared defaults are filled in, so a run that names a default is the same arm as one that leaves it out
@@ -86,6 +98,30 @@ class Strategy(ABC):
 
     def autocast(self, ctx: Context) -> AbstractContextManager:
         return nullcontext()
+
+    def forward_backward(
+        self,
+        model: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        loss_fn: Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor],
+        backward: Callable[[torch.Tensor], None],
+    ) -> torch.Tensor:
+        """One micro-batch's forward and backward; returns its loss, detached. `loss_fn(model, x, y)` is the
+        task's loss under the strategy's autocast, already divided by the accumulation steps; `backward(loss)`
+        applies the loss scale, if any. A pipeline replaces this with its schedule; the loss it returns is the
+        same on every rank (sent from the last stage)."""
+        loss = loss_fn(model, x, y)
+        backward(loss)
+        return loss.detach()
+
+    def wrap_optimizer(self, optimizer: torch.optim.Optimizer, ctx: Context) -> torch.optim.Optimizer:
+        """The optimizer the loop steps: the run's own, or a wrapper over it (ZeRO-1 shards its state)."""
+        return optimizer
+
+    def grad_scaler(self, ctx: Context) -> torch.amp.GradScaler | None:
+        """A loss scaler (fp16), or None: no scaling."""
+        return None
 
     def after_backward(self, model: nn.Module, ctx: Context) -> None:
         """Gradient aggregation that no wrapper does."""

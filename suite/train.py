@@ -161,7 +161,10 @@ class Worker:
 
         with self.model_scope():
             self.model = self.strategy.build(make_model, self.ctx)
-            self.optimizer = get_spec(cfg.optimizer).build(self.model, cfg, self.ctx, self.optimizer_params)
+            optimizer = get_spec(cfg.optimizer).build(self.model, cfg, self.ctx, self.optimizer_params)
+            self.optimizer = self.strategy.wrap_optimizer(optimizer, self.ctx)
+            self.scaler = self.strategy.grad_scaler(self.ctx)
+            self.skipped_steps = 0
             self.spent = 0.0  # fraction of the budget used, which a cosine schedule follows
             self.schedule = lr_schedule(self.optimizer, cfg, lambda: self.spent)
         self.metering = Metering(meters_for(self._meter_context()))
@@ -224,21 +227,34 @@ class Worker:
                 start = micro * self.replicas * cfg.micro_batch + self.replica * cfg.micro_batch
                 x, y = self.task.batch(step, self.global_rows, start, cfg.micro_batch, self.device)
                 with self.strategy.micro_step(self.model, last):
-                    with self.strategy.autocast(self.ctx):
-                        loss = self.task.loss(self.model, x, y) / cfg.grad_accum
-                    loss.backward()
-                losses.append(loss.detach())
+                    losses.append(self.strategy.forward_backward(self.model, x, y, self._loss, self._backward))
         with clock.phase("aggregation"):
             self.strategy.after_backward(self.model, self.ctx)
         with clock.phase("optimizer"):
+            if self.scaler is not None:
+                self.scaler.unscale_(self.optimizer)  # clipping sees the true gradients
             if cfg.grad_clip > 0:
                 self.strategy.clip_grad_norm(self.model, cfg.grad_clip, self.ctx)
-            self.optimizer.step()
+            if self.scaler is not None:
+                scale = self.scaler.get_scale()
+                self.scaler.step(self.optimizer)  # skipped when a gradient is not finite
+                self.scaler.update()
+                self.skipped_steps += self.scaler.get_scale() < scale  # the scale backs off only then
+            else:
+                self.optimizer.step()
             self.schedule.step()
             self.optimizer.zero_grad(set_to_none=True)
         with clock.phase("after_step"):
             self.strategy.after_step(self.model, step, self.ctx)
         return torch.stack(losses).sum() if len(losses) > 1 else losses[0]
+
+    def _loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """One micro-batch's loss under the strategy's autocast, over the accumulation steps."""
+        with self.strategy.autocast(self.ctx):
+            return self.task.loss(model, x, y) / self.cfg.grad_accum
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        (loss if self.scaler is None else self.scaler.scale(loss)).backward()
 
     @torch.no_grad()
     def assembled(self) -> nn.Module:
@@ -503,6 +519,13 @@ class Worker:
             "(clipping included) and after-step work",
             "mfu": (flops_per_step / step_s) / (peak * self.world) if peak and step_s and flops_per_step else None,
         }
+        if self.scaler is not None:
+            rec["precision"] = {
+                "loss_scale": self.scaler.get_scale(),
+                "skipped_steps": self.skipped_steps,
+                "method": "torch.amp.GradScaler: loss scaled before backward, gradients unscaled before clipping, "
+                "a step with non-finite gradients skipped and the scale halved",
+            }
         rec["timing"] = self._timing(clock)
         rec["status"] = "complete" if diverged is None else "diverged"
         if diverged is not None:

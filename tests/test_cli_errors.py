@@ -20,7 +20,7 @@ CASES = [
     (["run", "ddp", "--tokens", "5", "--time", "3"], "exactly one budget"),
     (["run", "ddp", "--tokens", "100", "--nproc", "0"], "--nproc must be at least 1"),
     (["run", "ddp", "--tokens", "100", "--seed", "18446744073709551616"], "--seed must be in [0, 2**63)"),
-    (["run", "ddp", "--tokens", "100", "--precision", "fp8"], "use --precision fp32 or --precision bf16"),
+    (["run", "ddp", "--tokens", "100", "--precision", "fp4"], "use --precision fp32, bf16, fp16, fp8"),
     (["run", "ddp", "--tokens", "100", "--optimizer", "lion"], "unknown optimizer 'lion'"),
     (["run", "ddp", "--tokens", "100", "--set", "shard=2"], "method ddp has no parameter 'shard'"),
     (["run", "ddp", "--tokens", "100", "--set", "micro_batch=abc"], "--set micro_batch"),

@@ -1,19 +1,25 @@
 """The harness's own comparison of its matched baselines: DDP, FSDP2, HSDP, activation checkpointing, bf16."""
 
+from baselines.compose import FsdpTp, PpFsdp
 from baselines.ddp import DDP
 from baselines.fsdp import FSDP, HSDP
 from baselines.muon import MUON
 from baselines.optim import ADAMW
+from baselines.pp import Pipeline, PipelineBubble
+from baselines.tp import TensorParallel
+from baselines.zero1 import Zero1
 from reproductions.baselines.plan import plan
 from suite.extensions import Reproduction
 from suite.pairs import Config, Pair
 
 _DDP, _FSDP = Config("ddp"), Config("fsdp")
+_ONE_REPLICA = (("micro_batch", 16), ("eval_every", 11))
 
 REPRODUCTION = Reproduction(
     name="baselines",
     description="DDP, FSDP2 and HSDP, with activation checkpointing and bf16, equal tokens (no paper claim)",
-    methods=(DDP, FSDP, HSDP),
+    methods=(DDP, FSDP, HSDP, Zero1, TensorParallel, Pipeline, FsdpTp, PpFsdp),
+    meters=(PipelineBubble,),
     optimizers=(ADAMW, MUON),
     plan=plan,
     presets=("smoke", "gpu"),  # no paper claim, so no paper preset
@@ -27,5 +33,10 @@ REPRODUCTION = Reproduction(
         # bf16 steps are 8-25x slower than fp32 on an AVX2-only CPU (no bf16 kernels): fewer steps
         Pair("ddp-bf16/ddp", Config("ddp", precision="bf16", steps=5), _DDP),
         Pair("hsdp/ddp", Config("hsdp", nproc=4), Config("ddp", nproc=4), tolerance=0.15),
+        Pair("zero1/ddp", Config("zero1"), _DDP),
+        # one data replica: the replica's micro-batch is the whole global batch (16 sequences), and the token
+        # budget (Config.run_config counts every rank a replica) of 5 steps gives the pair's 10
+        Pair("tp/ddp", Config("tp", sets=_ONE_REPLICA, steps=5), _DDP, tolerance=0.15),
+        Pair("pp/ddp", Config("pp", sets=_ONE_REPLICA, steps=5), _DDP, tolerance=0.15),
     ),
 )
