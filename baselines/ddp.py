@@ -16,7 +16,7 @@ from suite.strategy import Context, Strategy
 # Buffers here are constants (RoPE tables) or running statistics read only by rank 0's evaluation;
 # broadcasting them every forward would add traffic that is not DDP's gradient all-reduce. The flag
 # was renamed in torch 2.14; users on GPU nodes may bring an older torch.
-_NO_FORWARD_BUFFER_SYNC = (
+NO_FORWARD_BUFFER_SYNC = (
     {"forward_sync_buffers": False}
     if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
     else {"broadcast_buffers": False}
@@ -41,7 +41,7 @@ class DDP(Strategy):
         if self.cfg.ac:
             apply_activation_checkpointing(model)
         ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=ids, **_NO_FORWARD_BUFFER_SYNC)
+        return DistributedDataParallel(model, device_ids=ids, **NO_FORWARD_BUFFER_SYNC)
 
     def micro_step(self, model: nn.Module, last: bool) -> AbstractContextManager:
         return nullcontext() if last else model.no_sync()

@@ -18,12 +18,12 @@ from suite.strategy import Context, Strategy
 
 
 @contextmanager
-def _gradient_sync(model: nn.Module, enabled: bool):
-    model.set_requires_gradient_sync(enabled)
+def gradient_sync(model: nn.Module, enabled: bool):
+    model.set_requiresgradient_sync(enabled)
     try:
         yield
     finally:
-        model.set_requires_gradient_sync(True)
+        model.set_requiresgradient_sync(True)
 
 
 class FSDP(Strategy):
@@ -64,7 +64,7 @@ class FSDP(Strategy):
         return model.to(ctx.device)
 
     def micro_step(self, model: nn.Module, last: bool) -> AbstractContextManager:
-        return _gradient_sync(model, last)
+        return gradient_sync(model, last)
 
     def describe(self, ctx: Context) -> dict:
         return {

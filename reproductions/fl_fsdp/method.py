@@ -31,8 +31,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from baselines import precision
 from baselines.checkpointing import apply_activation_checkpointing
-from baselines.ddp import _NO_FORWARD_BUFFER_SYNC
-from baselines.fsdp import _gradient_sync
+from baselines.ddp import NO_FORWARD_BUFFER_SYNC
+from baselines.fsdp import gradient_sync
 from reproductions.fl_fsdp.averaging import OUTER, FederatedAverager
 from reproductions.fl_fsdp.formulas import ring_bytes
 from reproductions.fl_fsdp.mesh import Shape, build_mesh, group_mesh, node_size, shape_of
@@ -93,15 +93,11 @@ class Federated(Strategy):
         self.mesh = build_mesh(self.dims, ctx)
         ctx.meshes["fl"] = self.mesh
         ctx.meshes["fsdp"] = group_mesh(self.mesh, self.dims)  # what a distributed optimizer shards over
-        if self.variant["average_moments"]:
-            self._hook = torch.optim.Optimizer.register_step_post_hook(self._find_inner_optimizer)
 
-    def _find_inner_optimizer(self, optimizer: torch.optim.Optimizer, args, kwargs) -> None:
-        """The strategy is not handed the run's optimizer; it recognises it as the one stepping its parameters."""
-        if self.inner_optimizer is None and optimizer is not self.averager.outer:
-            mine = {id(p) for p in self.averager.params}
-            if any(id(p) in mine for group in optimizer.param_groups for p in group["params"]):
-                self.inner_optimizer = optimizer
+    def wrap_optimizer(self, optimizer: torch.optim.Optimizer, ctx: Context) -> torch.optim.Optimizer:
+        """The run's own optimizer, whose moments `average_moments` averages with the other groups'."""
+        self.inner_optimizer = optimizer
+        return optimizer
 
     def build(self, make_model: Callable[[], nn.Module], ctx: Context) -> nn.Module:
         model = make_model()
@@ -135,12 +131,12 @@ class Federated(Strategy):
             return model
         ids = [ctx.device.index] if ctx.device.type == "cuda" else None
         group = self.mesh.get_group("replicate")
-        return DistributedDataParallel(model, device_ids=ids, process_group=group, **_NO_FORWARD_BUFFER_SYNC)
+        return DistributedDataParallel(model, device_ids=ids, process_group=group, **NO_FORWARD_BUFFER_SYNC)
 
     # ---- the loop's hooks ---------------------------------------------------------------------------
     def micro_step(self, model: nn.Module, last: bool) -> AbstractContextManager:
         if self.inner == "fsdp":
-            return _gradient_sync(model, last)
+            return gradient_sync(model, last)
         if isinstance(model, DistributedDataParallel) and not last:
             return model.no_sync()
         return nullcontext()
@@ -154,8 +150,6 @@ class Federated(Strategy):
             return
         self.averager.average(check=self.variant["check"])
         if self.variant["average_moments"]:
-            if self.inner_optimizer is None:
-                raise RuntimeError("average_moments: no optimizer has stepped this rank's parameters")
             self.averager.average_moments(self.inner_optimizer)
 
     def optimizers(self) -> list[torch.optim.Optimizer]:

@@ -38,7 +38,7 @@ from torch.distributed.tensor import DTensor
 
 from baselines import precision
 from baselines.checkpointing import apply_activation_checkpointing
-from baselines.fsdp import _gradient_sync
+from baselines.fsdp import gradient_sync
 from reproductions.sdp.masks import Mask
 from reproductions.sdp.method import SHARED, BlockSDP, drop_blocks, maskable_blocks
 from suite.params import Param
@@ -179,7 +179,7 @@ class ComposedBlockSDP(BlockSDP):
         return super().autocast(ctx) if self.reading == "none" else nullcontext()
 
     def micro_step(self, model: nn.Module, last: bool) -> AbstractContextManager:
-        return nullcontext() if self.reading == "none" else _gradient_sync(model, last)
+        return nullcontext() if self.reading == "none" else gradient_sync(model, last)
 
     def after_backward(self, model: nn.Module, ctx: Context) -> None:
         if self.reading == "none":

@@ -12,9 +12,6 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
-from suite.report.arms import Arm
-from suite.report.arms import key as arm_key
-
 # the memory meter's categories (suite/meters/memory.py CATEGORIES, not imported: the report imports no torch
 # module); records written before comm_buffers existed read 0 there
 MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "comm_buffers", "other")
@@ -29,11 +26,6 @@ def arm(record: dict) -> str:
 
 def config(record: dict) -> str:
     return f"{record['model']['name']} x{record['parallel']['world_size']}"
-
-
-def arm_labels(records: list[dict], page: dict[str, Arm]) -> list[str]:
-    """Each record's short arm label among the page's arms (arms.py)."""
-    return [page[arm_key(r)].label for r in records]
 
 
 def curves(records: list[dict], labels: list[str]) -> pd.DataFrame:
@@ -123,11 +115,10 @@ def comm(records: list[dict], labels: list[str]) -> pd.DataFrame:
 
 
 def reference_baseline(records: list[dict]) -> str | None:
-    """The baseline that throughput is divided by: ddp when present, else the baseline with most runs."""
+    """The baseline that throughput is divided by: the baseline method with most runs on the page (the suite
+    names no baseline; a tie goes to the one listed first)."""
     counts = Counter(r["method"] for r in records if r["baseline"])
-    if not counts:
-        return None
-    return "ddp" if "ddp" in counts else counts.most_common(1)[0][0]
+    return counts.most_common(1)[0][0] if counts else None
 
 
 def throughput_ratios(records: list[dict], labels: list[str]) -> tuple[pd.DataFrame, str | None]:
