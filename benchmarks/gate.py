@@ -404,7 +404,8 @@ def reference_from(
         "commit": base.get("commit") if old else bench.get("commit_info", {}).get("id"),
         "machine": base.get("machine") if old else machine(bench),
         "history": history,
-        "pairs": base.get("pairs", {}) if old else new_pairs,
+        # a pair new since the old reference gets this run's ratios (their conditions are in the reason)
+        "pairs": {**new_pairs, **base.get("pairs", {})} if old else new_pairs,
         "arms": arms,
     }
 
