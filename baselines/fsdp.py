@@ -19,11 +19,11 @@ from suite.strategy import Context, Strategy
 
 @contextmanager
 def gradient_sync(model: nn.Module, enabled: bool):
-    model.set_requiresgradient_sync(enabled)
+    model.set_requires_gradient_sync(enabled)
     try:
         yield
     finally:
-        model.set_requiresgradient_sync(True)
+        model.set_requires_gradient_sync(True)
 
 
 class FSDP(Strategy):
