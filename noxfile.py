@@ -82,7 +82,7 @@ def reproduce_all(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Counters and throughput of each method beside its baseline (benchmarks/pairs.py) into results/bench/latest.json.
 
-    `-- --compare` then gates them against results/bench/reference.json (README, Throughput gate); `--short`
+    `-- --compare` then gates them against results/bench/reference.json (docs/gate.md); `--short`
     measures only the pairs marked short, `--rounds N|auto` more rounds per pair; other arguments go to pytest.
     """
     install(session)
@@ -104,7 +104,7 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(name="gpu-check", venv_params=["--system-site-packages"])
 def gpu_check(session: nox.Session) -> None:
-    """One prepared check for a GPU node, about 10 minutes (benchmarks/gpu_check.py; README, GPU check).
+    """One prepared check for a GPU node, about 10 minutes (benchmarks/gpu_check.py; docs/gpu-check.md).
 
     The venv sees the node's own torch (system site packages; or run nox with --no-venv); the script installs
     the project with torch held at that version, then runs each step under its time limit into results/gpu/.

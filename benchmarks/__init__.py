@@ -1,1 +1,1 @@
-"""Benchmarks: timed runs kept out of the test suite (`nox -s bench`; README, "Throughput gate")."""
+"""Benchmarks: timed runs kept out of the test suite (`nox -s bench`; docs/gate.md)."""

@@ -36,7 +36,7 @@ MEMORY_FIELDS = (
 # "<arm> <counter>". Under FSDP2 with more ranks than cores, which transient buffer (a reduce-scatter output, a
 # gathered block) is alive at a rank's peak depends on which thread ran first, so the peak's split between
 # grads and activations moved in 2 of 3 measured runs (tests/test_estimate.py); the peak, the state, bytes,
-# calls and FLOPs stayed exact. In this gate's own repeats (README, Throughput gate) every counter of every arm
+# calls and FLOPs stayed exact. In this gate's own repeats (docs/gate.md) every counter of every arm
 # held, these included, but too few times to gate a split known to move.
 SCHEDULED: tuple[str, ...] = (r"(fsdp|hsdp|fl-fsdp|fl-hsdp)-n4\S* memory/(grads|activations)/rank\d+",)
 

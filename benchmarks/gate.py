@@ -16,7 +16,7 @@ What it judges, per arm (one configuration of a pair) and per pair:
   CPU time (`cpu_ratio`); per arm, its CPU and wall step time in units of the calibration kernels timed
   beside it (`cpu_units`, `wall_units`; compared only on the reference's processor). A slowdown beyond
   the measure's tolerance fails only where that measure is BLOCKING: the measures that raised no false
-  alarm in results/bench/false_alarms.json (README, Throughput gate); the others are printed.
+  alarm in results/bench/false_alarms.json (docs/gate.md); the others are printed.
 
 Exit status 1 when a blocking check fails, and also when an arm or a pair the run covered was not measured,
 has no reference or has a reference measured for other settings: in each of those cases the gate could not
@@ -78,7 +78,7 @@ MOVES, OTHER_MACHINE = "moves (printed)", "other machine"
 NOT_MEASURED, NO_REFERENCE, STALE = "NOT MEASURED", "NO REFERENCE", "STALE REFERENCE"
 MISSING = {NOT_MEASURED, NO_REFERENCE, STALE}
 NOTES = {
-    FASTER: "not a failure; refresh the reference once the speed-up is understood (README, Throughput gate)",
+    FASTER: "not a failure; refresh the reference once the speed-up is understood (docs/gate.md)",
     SLOWER: "slower than the reference by more than the measure's tolerance",
     CHANGED: f"a deterministic counter or golden loss changed; if intended, refresh with a reason: {REFRESH_COUNTERS}",
     MOVES: "a counter that scheduling moves between identical launches (benchmarks/counters.py): printed only",

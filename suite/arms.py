@@ -1,4 +1,4 @@
-"""Arms: what two runs must share to be seeds of one configuration (DESIGN.md, Arms).
+"""Arms: what two runs must share to be seeds of one configuration (docs/architecture.md, Arms).
 
 An arm is the whole configuration of a run minus its seed and the fields that change no number (the results
 folder, checkpoint cadence, restarts, timeouts, fault injection): the method and its parameters, the optimizer

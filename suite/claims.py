@@ -16,7 +16,7 @@ The verdict itself is suite/verdicts.py. claims.yaml is a list of claims (or a m
     estimator_check: tests/test_estimate.py::test_sdp_estimate_equals_measurement   # needed with `estimated`
     calibrate: {value: 70.9e9, within: 0.05, source: Table 3, DDP's absolute peak}    # see below
     beside: [{label: smoke measurement, model: llama-tiny, variant: {C: 0.75}}]       # shown, never judged
-    # each side is an arm (DESIGN.md, Arms): method (baseline), optimizer (baseline_optimizer), variant
+    # each side is an arm (docs/architecture.md, Arms): method (baseline), optimizer (baseline_optimizer), variant
     # (baseline_variant: method and optimizer parameters) and arm (baseline_arm: any other arm field, e.g.
     # {world_size: 2, lr: 0.001}); a side that matches two arms at one setting is an error naming both
     protocol: flops              # tokens | flops | time | target, or omitted for any
@@ -54,7 +54,7 @@ from suite.metrics import METRIC_FIELDS, METRICS
 KINDS = ("ratio", "quality", "mechanism")
 PROTOCOLS = ("tokens", "flops", "time", "target")
 TESTS = ("equivalence", "non-inferiority")
-# counted: an instrumented algorithm's exact count (DESIGN.md's provenances); simulated numbers are projections,
+# counted: an instrumented algorithm's exact count (docs/architecture.md's provenances); simulated numbers are projections,
 # never evidence for a verdict
 DECIDING = ("measured", "counted", "estimated")
 _REQUIREMENT = re.compile(r"^(cuda|network|world_size>=([1-9][0-9]*))$")

@@ -4,7 +4,7 @@ Every command-line flag of `run`, `estimate` and `reproduce`, the command a reco
 belongs to and the lists of operational fields are generated from these declarations (suite/cli.py reads them).
 A field's kind says what it is:
 
-- arm: part of what is compared (DESIGN.md, Arms): two runs that differ in one are different arms;
+- arm: part of what is compared (docs/architecture.md, Arms): two runs that differ in one are different arms;
 - seed: the seed (seeds pool inside an arm);
 - record: changes no number but is part of the command (where data is read from, where the model is saved,
   log cadence, the reproduction that records it);
@@ -85,7 +85,7 @@ def setting(
 
 
 BUDGET = "budget (exactly one)"
-FAULTS = "checkpoints and faults (README: Checkpoints, resuming, faults)"
+FAULTS = "checkpoints and faults (docs/faults.md)"
 
 
 @dataclass
@@ -170,7 +170,7 @@ class RunConfig:
     comm_step: int = setting(2, "the first step collectives are counted on")
     clock_warmup: int = setting(2, "steps before the clock starts")
     log_every: int = setting(10, "steps between progress lines", kind="record")
-    # checkpoints and faults (suite/checkpoint.py, README "Checkpoints, resuming, faults"): a checkpoint every
+    # checkpoints and faults (suite/checkpoint.py, docs/faults.md): a checkpoint every
     # checkpoint_every steps (0: none); torchrun restarts the workers from the last one up to max_restarts
     # times; a collective that waits longer than collective_timeout_s fails the run instead of hanging it
     checkpoint_every: int = setting(
@@ -337,7 +337,7 @@ def _flag_value(value: object) -> str:
 def command_line(cfg: RunConfig, verb: str = "run") -> str:
     """The `python -m suite run|estimate` command that gives `cfg`: the fields that differ from the defaults.
 
-    Plans record it as the command of each run (DESIGN.md: a record names the command that made it).
+    Plans record it as the command of each run (docs/architecture.md: a record names the command that made it).
     """
     if verb not in ("run", "estimate"):
         raise ValueError(f"verb must be run or estimate, got {verb!r}")

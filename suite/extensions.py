@@ -25,7 +25,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-# the in-tree package scanned for reproductions (the layout of DESIGN.md)
+# the in-tree package scanned for reproductions (the layout of docs/architecture.md)
 PACKAGE = "reproductions"
 ENV = "SUITE_REPRODUCTIONS"
 DECLARATION = "REPRODUCTION"

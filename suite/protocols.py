@@ -1,4 +1,4 @@
-"""Budgets and stopping: equal tokens, equal FLOPs, equal time, equal target (DESIGN.md, Protocols).
+"""Budgets and stopping: equal tokens, equal FLOPs, equal time, equal target (docs/architecture.md, Protocols).
 
 Tokens and FLOPs are summed over all workers; time is training wall-clock (evaluation off the clock);
 a target run stops at the first evaluation whose validation loss is at or below the target, or at its

@@ -1,4 +1,4 @@
-"""Builds the run record of DESIGN.md from a config and what the loop measured."""
+"""Builds the run record of docs/architecture.md from a config and what the loop measured."""
 
 from __future__ import annotations
 

@@ -50,7 +50,7 @@ class SlurmOptions:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("--launcher slurm (README: Plans that resume, and clusters)")
+    g = parser.add_argument_group("--launcher slurm (docs/plans.md)")
     g.add_argument("--dry-run", action="store_true", help="print the batch scripts; submit nothing, run nothing")
     g.add_argument("--nodes", type=int, help="nodes per run (default: workers / --gpus-per-node)")
     g.add_argument("--gpus-per-node", type=int, help="workers (GPUs) per node (default: a run's workers on one node)")

@@ -1,7 +1,7 @@
 """The narrow interface between the one training loop and a way of splitting or synchronising training.
 
 A strategy (a baseline such as DDP or FSDP2, or a paper's method) decides only the points listed in
-DESIGN.md: process groups, which parameters exist on this rank and how they are wrapped, the forward
+docs/architecture.md: process groups, which parameters exist on this rank and how they are wrapped, the forward
 path, gradient aggregation that no wrapper does, the optimizer, what happens after the optimizer step,
 which data each rank reads, which model is evaluated, and what the record says about it. The loop, the
 meters and the record are fixed (AlgoPerf's split between a submission and its workload).

@@ -1,6 +1,6 @@
 """The verdict on a claim (suite/claims.py) from run records: the value, its band or test, and its evidence.
 
-Verdict words keep their direction (DESIGN.md): reproduced (inside the band, or the test passes), exceeded
+Verdict words keep their direction (docs/architecture.md): reproduced (inside the band, or the test passes), exceeded
 (better than claimed, beyond the band), fell short (worse), inconclusive (noise too large, too few seeds, runs
 too short, no run), not testable here (the hardware is missing: says what would test it), and "measured, no
 paper value" for claims without a paper number.

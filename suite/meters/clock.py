@@ -31,7 +31,7 @@ def peak_flops(device: torch.device) -> float | None:
     return PEAK_FLOPS.get(torch.cuda.get_device_name(device))
 
 
-# the parts of a step timed apart (DESIGN.md: an optimizer-step speed-up is never quoted as a training one)
+# the parts of a step timed apart (docs/architecture.md: an optimizer-step speed-up is never quoted as a training one)
 PHASES = ("forward_backward", "aggregation", "optimizer", "after_step")
 
 
