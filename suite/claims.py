@@ -54,7 +54,7 @@ from suite.metrics import METRIC_FIELDS, METRICS
 KINDS = ("ratio", "quality", "mechanism")
 PROTOCOLS = ("tokens", "flops", "time", "target")
 TESTS = ("equivalence", "non-inferiority")
-# counted: an instrumented algorithm's exact count (docs/architecture.md's provenances); simulated numbers are projections,
+# counted: an instrumented algorithm's exact count (docs/architecture.md); simulated numbers are projections,
 # never evidence for a verdict
 DECIDING = ("measured", "counted", "estimated")
 _REQUIREMENT = re.compile(r"^(cuda|network|world_size>=([1-9][0-9]*))$")

@@ -1,4 +1,4 @@
-"""python -m suite {run,reproduce,report,verdicts,evaluate,estimate,simulate}: the command-line contract of docs/architecture.md.
+"""python -m suite {run,reproduce,report,verdicts,evaluate,estimate,simulate}: the command-line contract.
 
 Input is checked here, before any worker starts, so that a mistake costs one line of error naming
 the fix instead of a traceback from inside torch and a half-written record.

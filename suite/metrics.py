@@ -2,7 +2,7 @@
 
 A metric turns rows into one value per seed and setting: `ratio` (method / baseline, paired), `value` (one arm)
 and `quality` (both arms, unpaired); a reproduction registers its own with @metric. Each side of a comparison
-is an arm (docs/architecture.md, Arms), named by its method, optimizer, variant (method and optimizer parameters) and any
+is an arm (docs/architecture.md), named by its method, optimizer, variant (method and optimizer parameters) and any
 other arm field; a side that matches two arms at one setting is an error naming both. claims.py checks a
 claim's metric and its arguments against this registry when the claims load; verdicts.py judges the samples.
 """
@@ -37,7 +37,7 @@ METRICS: dict[str, Callable[..., Samples]] = {}
 
 # the fields a metric's rows carry: a claim's `field` must name one (or `evals.NAME`), checked when it is loaded
 FRAME_FIELDS = (*SUMMARY_FIELDS, "evidence", "device_name", "inter_node", "setting", "val_change_last_fifth")
-# what names one side of a comparison (docs/architecture.md, Arms): with `model`, a claim's metric names each side by these
+# what names one side of a comparison (docs/architecture.md): with `model`, a claim's metric names each side by these
 SIDE = ("method", "optimizer", "variant", "arm")
 
 
