@@ -10,6 +10,7 @@ Seed values are read from the records the verdict names (Verdict.run_ids), throu
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 
@@ -21,6 +22,7 @@ from matplotlib.ticker import FuncFormatter
 from matplotlib.transforms import blended_transform_factory
 
 from suite.claims import Claim
+from suite.metrics import _arm
 from suite.report.figures import Chart, chart, figure, margins, safe, text_inches, wrap
 from suite.verdicts import VERDICTS, Verdict
 
@@ -64,6 +66,38 @@ def _values(frame: pd.DataFrame, run_ids: tuple[str, ...], field: str | None) ->
     values = pd.to_numeric(rows[field], errors="coerce")
     rows = rows.assign(value=values)[np.isfinite(values.to_numpy(dtype=float))]
     return rows
+
+
+def _sides(claim: Claim, rows: pd.DataFrame) -> list[tuple[str, pd.Series]]:
+    """Each side's label and seed values: the arm the claim names for it (two sides may share a method: ddp
+    with Dion against ddp with AdamW), labelled by the method and what tells the sides apart."""
+    m = claim.metric
+    specs = [(m["method"], m.get("variant"), m.get("optimizer"), m.get("arm"))]
+    if m.get("baseline"):
+        specs.append((m["baseline"], m.get("baseline_variant"), m.get("baseline_optimizer"), m.get("baseline_arm")))
+    if rows.empty:
+        return [(method, rows["value"]) for method, *_ in specs]
+    sides = [_arm(rows, method, variant, m.get("model"), optimizer, arm) for method, variant, optimizer, arm in specs]
+    configs = [json.loads(side["arm_config"].iloc[0]) if len(side) else {} for side in sides]
+    return [(_side_label(config, configs), side["value"]) for config, side in zip(configs, sides)]
+
+
+def _side_label(config: dict, configs: list[dict]) -> str:
+    """The method, then the optimizer and the parameters in which the sides differ."""
+
+    def differs(get) -> bool:
+        return len({json.dumps(get(c), sort_keys=True) for c in configs}) > 1
+
+    words = [config.get("method", "")]
+    if differs(lambda c: c.get("optimizer")) or not differs(lambda c: c.get("method")):
+        words.append(str(config.get("optimizer") or ""))
+    variant = config.get("variant") or {}
+    words += [
+        f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+        for k, v in sorted(variant.items())
+        if k != "optimizer" and differs(lambda c, k=k: (c.get("variant") or {}).get(k))
+    ]
+    return " ".join(w for w in words if w)
 
 
 def _has_panel(claim: Claim, verdict: Verdict, frame: pd.DataFrame) -> bool:
@@ -249,11 +283,7 @@ def panel_chart(panels: list[tuple[Claim, Verdict]], frame: pd.DataFrame) -> Cha
 
 def _panel(ax, claim: Claim, verdict: Verdict, frame: pd.DataFrame) -> list[str]:
     rows = _values(frame, verdict.run_ids, claim.metric.get("field"))
-    method = claim.metric.get("method", "")
-    baseline = claim.metric.get("baseline", "")
-    arms = [(safe(method, 20), rows[rows["method"] == method]["value"])]
-    if baseline and baseline != method:
-        arms.append((safe(baseline, 20), rows[rows["method"] == baseline]["value"]))
+    arms = [(safe(label, 28), values) for label, values in _sides(claim, rows)]
     colour = COLOURS[verdict.verdict]
     for y, (_, values) in enumerate(arms):
         method_arm = y == 0
