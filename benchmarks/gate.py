@@ -234,9 +234,20 @@ def first_difference(old: list[float], new: list[float]) -> int | None:
     return None if len(old) == len(new) else min(len(old), len(new)) + 1
 
 
+def golden_curve(arm: str, curves: list[list[float]]) -> list[float]:
+    """The longest of an arm's loss curves: an arm runs for different numbers of steps in different pairs
+    (hsdp-n4 beside ddp and beside fl-hsdp), and its launches must agree on every step they share."""
+    longest = max(curves, key=len)
+    for curve in curves:
+        if (step := first_difference(longest[: len(curve)], curve)) is not None:
+            raise ValueError(f"arm {arm}'s launches in this run differ from step {step} on: no golden curve to keep")
+    return longest
+
+
 def loss_checks(arm: str, runs: list[dict], ref: dict | None) -> list[Check]:
-    """Each distinct loss curve of `arm`'s launches against the golden one: equal, or the first step that
-    differs with both values. Launches without losses (the bare loop) have nothing to compare."""
+    """Each distinct loss curve of `arm`'s launches against the golden one, over the steps the launch ran (a
+    launch that stops early fails the bench itself): equal, or the first step that differs with both values.
+    Launches without losses (the bare loop) have nothing to compare."""
     curves = [r["losses"] for r in runs if r.get("losses")]
     if not curves or ref is None:
         return []  # not measured or no reference at all: counter_checks says so
@@ -245,7 +256,7 @@ def loss_checks(arm: str, runs: list[dict], ref: dict | None) -> list[Check]:
         return [Check(arm, "loss/*", None, None, None, NO_REFERENCE)]
     checks = []
     for curve in {tuple(c): c for c in curves}.values():
-        step = first_difference(golden, curve)
+        step = first_difference(golden[: len(curve)] if len(curve) <= len(golden) else golden, curve)
         if step is None:
             checks.append(Check(arm, "loss/all", None, None, 0.0, OK))
         else:
@@ -358,6 +369,7 @@ def reference_from(
 
     With `old`, only the counters and the golden losses come from this run (the times stay the old
     reference's): they are exact, so any run refreshes them, while times need a quiet machine and rounds.
+    Pairs and arms new since `old` take this run's times (the reason says under what load).
     """
     if not reason.strip():
         raise ValueError("a reference needs a reason (--reason): say why it moves, and commit it with the change")
@@ -374,13 +386,13 @@ def reference_from(
     for arm in arms_of(pairs):
         values = runs[arm]
         entry = {"counters": values[0]["counters"]}
-        if values[0].get("losses"):
-            entry["losses"] = values[0]["losses"]
+        if curves := [r["losses"] for r in values if r.get("losses")]:
+            entry["losses"] = golden_curve(arm, curves)
         for measure in ("cpu_units", "wall_units"):
             known = [r[measure] for r in values if r.get(measure) is not None]
             entry[measure] = statistics.median(known) if known else None
-        if old is not None:
-            kept = {k: v for k, v in old.get("arms", {}).get(arm, {}).items() if k != "losses"}
+        if old is not None and arm in old.get("arms", {}):  # an arm new since `old` keeps this run's times
+            kept = {k: v for k, v in old["arms"][arm].items() if k != "losses"}
             entry = {**kept, **{k: entry[k] for k in ("counters", "losses") if k in entry}}
         arms[arm] = entry
     new_pairs = {
@@ -423,9 +435,7 @@ def with_losses(bench: dict, old: dict, pairs: Sequence[Pair] = PAIRS, command: 
     for arm, curves in arms.items():
         if not curves:
             continue
-        if (step := next(filter(None, (first_difference(curves[0], c) for c in curves)), None)) is not None:
-            raise ValueError(f"arm {arm}'s launches in this run differ from step {step} on: no golden curve to keep")
-        new["arms"].setdefault(arm, {})["losses"] = curves[0]
+        new["arms"].setdefault(arm, {})["losses"] = golden_curve(arm, curves)
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     new["history"] = [*old.get("history", []), {"written": now, "reason": reason, "command": command}]
     return new

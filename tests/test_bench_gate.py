@@ -203,10 +203,22 @@ def test_a_loss_changed_at_one_step_fails_naming_arm_step_and_both_values():
     assert f"loss of arm {FAST.key} differs first at step 4: reference 3.75, measured 3.7500000000000004" in text
 
 
-def test_a_shorter_loss_curve_differs_at_the_first_missing_step():
+def test_a_shorter_loss_curve_is_judged_on_the_steps_it_ran():
+    """An arm runs for different numbers of steps in different pairs; the golden curve is its longest."""
     checks = gate.compare(bench_json(SPEED, losses=LOSSES[:2]), REFERENCE, TOY)
+    assert {(c.measure, c.verdict) for c in checks if c.kind == "loss"} == {("loss/all", gate.OK)}
+
+
+def test_a_curve_longer_than_the_golden_one_differs_at_its_first_extra_step():
+    checks = gate.compare(bench_json(SPEED, losses=[*LOSSES, 1.0]), REFERENCE, TOY)
     changed = {(c.measure, c.reference, c.measured) for c in checks if c.kind == "loss"}
-    assert changed == {("loss/step3", 4.25, None)} and gate.failed(checks)
+    assert changed == {(f"loss/step{len(LOSSES) + 1}", None, 1.0)} and gate.failed(checks)
+
+
+def test_the_golden_curve_is_the_longest_of_an_arms_agreeing_launches():
+    assert gate.golden_curve("a", [LOSSES[:2], LOSSES, LOSSES[:3]]) == LOSSES
+    with pytest.raises(ValueError, match="differ from step 2"):
+        gate.golden_curve("a", [LOSSES, [LOSSES[0], 9.0]])
 
 
 def test_an_arm_without_golden_losses_has_no_reference_and_fails():
