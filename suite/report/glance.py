@@ -83,7 +83,7 @@ def _sides(claim: Claim, rows: pd.DataFrame) -> list[tuple[str, pd.Series]]:
 
 
 def _side_label(config: dict, configs: list[dict]) -> str:
-    """The method, then the optimizer and the parameters in which the sides differ."""
+    """The method, then the optimizer and the parameters that both sides have and set apart."""
 
     def differs(get) -> bool:
         return len({json.dumps(get(c), sort_keys=True) for c in configs}) > 1
@@ -95,7 +95,9 @@ def _side_label(config: dict, configs: list[dict]) -> str:
     words += [
         f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
         for k, v in sorted(variant.items())
-        if k != "optimizer" and differs(lambda c, k=k: (c.get("variant") or {}).get(k))
+        if k != "optimizer"
+        and all(k in (c.get("variant") or {}) for c in configs)
+        and differs(lambda c, k=k: (c.get("variant") or {}).get(k))
     ]
     return " ".join(w for w in words if w)
 
