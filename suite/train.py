@@ -101,7 +101,12 @@ class Worker:
     def __init__(self, cfg: RunConfig, store: dict | None = None) -> None:
         self.cfg = cfg
         self.started = time.time()
-        self.timing: dict[str, float] = {"eval_s": 0.0, "final_evals_s": 0.0}
+        # before_s: since the process started, unless train() says when the process became free for this run
+        self.timing: dict[str, float] = {
+            "eval_s": 0.0,
+            "final_evals_s": 0.0,
+            "before_s": self.started - process_start(),
+        }
         self.resumed_from: int | None = None
         self.device = self._device()
         backend = "nccl" if self.device.type == "cuda" else "gloo"
@@ -215,6 +220,7 @@ class Worker:
         rec["faults"] = faults.section(cfg)
         if self.rank == 0 and (cfg.checkpoint_every or cfg.max_restarts):
             ckpt.write_config(cfg)
+        self.timing["setup_s"] = time.time() - self.started
 
     # ---- one step ----------------------------------------------------------------------------------
     def train_step(self, step: int, clock: StepClock) -> torch.Tensor:
@@ -586,10 +592,10 @@ def train(cfg: RunConfig, store: dict | None = None, since: float | None = None)
     `store`: init_process_group's store arguments for a world of this run's own (suite/multirun.py); `since`:
     when this process became free for the run (its start by default), for the record's timing."""
     worker = Worker(cfg, store)
-    worker.timing["before_s"] = worker.started - (process_start() if since is None else since)
+    if since is not None:
+        worker.timing["before_s"] = worker.started - since
     try:
         worker.build()
-        worker.timing["setup_s"] = time.time() - worker.started
         worker.run()
     except BaseException as err:
         worker.fail(err)

@@ -47,7 +47,7 @@ def test_every_suite_command_parses_with_the_suites_own_parser(one_gpu):
 def test_estimate_is_measured_on_cuda_and_the_baselines_are_shortened(one_gpu):
     by_name = {s.name: s for s in one_gpu}
     estimate = parser().parse_args(suite_argv(by_name["estimate"].commands[0]))
-    assert (estimate.method, estimate.model, estimate.world_size, estimate.measure, estimate.device) == (
+    assert (estimate.method, estimate.model, estimate.nproc, estimate.measure, estimate.measure_device) == (
         "fsdp",
         "llama-134m",
         1,

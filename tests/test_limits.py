@@ -77,5 +77,5 @@ def test_a_full_disk_is_refused_before_launch(tmp_path, capsys, monkeypatch):
 
 
 def test_a_worker_the_oom_killer_took_is_recorded_as_out_of_memory():
-    assert "out-of-memory killer" in launch._exit_text(-signal.SIGKILL, oom=True)
-    assert launch._exit_text(-signal.SIGKILL) == "was killed by SIGKILL"
+    assert "out-of-memory killer" in launch.exit_text(-signal.SIGKILL, oom=True)
+    assert launch.exit_text(-signal.SIGKILL) == "was killed by SIGKILL"

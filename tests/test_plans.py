@@ -70,6 +70,6 @@ def test_estimates_side_by_side_equal_estimates_in_turn(tmp_path):
         Estimate(RunConfig(method=m, model="llama-tiny", nproc=4, micro_batch=2, seq_len=64, variant=v), 2)
         for m, v in (("ddp", {}), ("b-sdp", {"C": 0.5}))
     ]
-    side_by_side = run_plan(Plan("demo", "smoke", [], protocol="none", estimates=ests), tmp_path / "plan")
+    side_by_side = run_plan(Plan("smoke", [], protocol="none", estimates=ests, name="demo"), tmp_path / "plan")
     alone = [run_estimate(est, tmp_path / "alone", "1/1")[0] for est in ests]
     assert [_estimated(r) for r in side_by_side] == [_estimated(r) for r in alone]

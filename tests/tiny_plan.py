@@ -20,6 +20,7 @@ from baselines.ddp import DDP
 from suite.config import RunConfig
 from suite.extensions import Reproduction
 from suite.micro import Microbench
+from suite.params import Param
 from suite.plans import Plan
 from suite.strategy import Context
 
@@ -31,7 +32,7 @@ TINY = {"model": "llama-tiny", "nproc": 2, "micro_batch": 2, "seq_len": 32, "eva
 class FlakyDDP(DDP):
     name = "test-flaky"
     baseline = False
-    params: ClassVar[dict] = {"sleep_s": float}
+    params: ClassVar[dict] = {"sleep_s": Param(float, 0.0, "seconds to sleep in each step", low=0)}
 
     def after_step(self, model: nn.Module, step: int, ctx: Context) -> None:
         time.sleep(self.variant.get("sleep_s", 0.0))
