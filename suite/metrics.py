@@ -77,6 +77,21 @@ def _arm(
     return rows
 
 
+def side(rows: pd.DataFrame, metric_spec: dict, baseline: bool = False) -> pd.DataFrame:
+    """The runs that one side of a claim's metric names: the method's side, or with `baseline` the baseline's
+    (baseline, baseline_variant, baseline_optimizer, baseline_arm)."""
+    prefix = "baseline_" if baseline else ""
+    method = metric_spec["baseline" if baseline else "method"]
+    return _arm(
+        rows,
+        method,
+        metric_spec.get(f"{prefix}variant"),
+        metric_spec.get("model"),
+        metric_spec.get(f"{prefix}optimizer"),
+        metric_spec.get(f"{prefix}arm"),
+    )
+
+
 def _matches(text: str, wanted: dict) -> bool:
     given = json.loads(text)
     return all(given.get(k) == v for k, v in wanted.items())

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from suite.claims import Claim
-from suite.metrics import METRICS, Samples, _arm, _per_seed
+from suite.metrics import METRICS, Samples, _per_seed, side
 
 ALPHA = 0.05
 VERDICTS = ("reproduced", "exceeded", "fell short", "inconclusive", "not testable here", "measured, no paper value")
@@ -254,15 +254,7 @@ def _selected(claim: Claim, df: pd.DataFrame) -> pd.DataFrame:
 
 def _baseline_side(claim: Claim, rows: pd.DataFrame) -> pd.DataFrame:
     """The runs the claim's baseline side names (its method, optimizer, variant and arm fields)."""
-    m = claim.metric
-    return _arm(
-        rows,
-        m["baseline"],
-        m.get("baseline_variant"),
-        m.get("model"),
-        m.get("baseline_optimizer"),
-        m.get("baseline_arm"),
-    )
+    return side(rows, claim.metric, baseline=True)
 
 
 def _measured_candidates(claim: Claim, rows: pd.DataFrame) -> pd.DataFrame:

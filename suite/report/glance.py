@@ -22,7 +22,7 @@ from matplotlib.ticker import FuncFormatter
 from matplotlib.transforms import blended_transform_factory
 
 from suite.claims import Claim
-from suite.metrics import _arm
+from suite.metrics import side
 from suite.report.figures import Chart, chart, figure, margins, safe, text_inches, wrap
 from suite.verdicts import VERDICTS, Verdict
 
@@ -72,12 +72,10 @@ def _sides(claim: Claim, rows: pd.DataFrame) -> list[tuple[str, pd.Series]]:
     """Each side's label and seed values: the arm the claim names for it (two sides may share a method: ddp
     with Dion against ddp with AdamW), labelled by the method and what tells the sides apart."""
     m = claim.metric
-    specs = [(m["method"], m.get("variant"), m.get("optimizer"), m.get("arm"))]
-    if m.get("baseline"):
-        specs.append((m["baseline"], m.get("baseline_variant"), m.get("baseline_optimizer"), m.get("baseline_arm")))
+    which = [False, True] if m.get("baseline") else [False]
     if rows.empty:
-        return [(method, rows["value"]) for method, *_ in specs]
-    sides = [_arm(rows, method, variant, m.get("model"), optimizer, arm) for method, variant, optimizer, arm in specs]
+        return [(m["baseline" if b else "method"], rows["value"]) for b in which]
+    sides = [side(rows, m, baseline=b) for b in which]
     configs = [json.loads(side["arm_config"].iloc[0]) if len(side) else {} for side in sides]
     return [(_side_label(config, configs), side["value"]) for config, side in zip(configs, sides)]
 
