@@ -101,6 +101,7 @@ class Worker:
     def __init__(self, cfg: RunConfig, store: dict | None = None) -> None:
         self.cfg = cfg
         self.started = time.time()
+        self.load_start = os.getloadavg()[0]
         # before_s: since the process started, unless train() says when the process became free for this run
         self.timing: dict[str, float] = {
             "eval_s": 0.0,
@@ -550,11 +551,13 @@ class Worker:
             **self.timing,
             "steps_s": steps,
             "run_s": time.time() - self.started,
+            "load_average": [self.load_start, os.getloadavg()[0]],
             "method": "wall seconds on rank 0 of this attempt: before_s in the worker process before the run "
             "(start-up and imports, or the hand-over from the previous run of a multi-run worker), setup_s "
             "(process groups, data, model, optimizer, meters), steps_s (timed, metered off the clock, warm-up), "
             "eval_s (periodic validation), final_evals_s (downstream scores, checkpoint), run_s (set-up to "
-            "record, all of the above but before_s)",
+            "record, all of the above but before_s); load_average: the machine's 1-minute load average at set-up "
+            "and at the record (os.getloadavg), the condition every time in the record was measured under",
         }
 
     def _write(self) -> None:

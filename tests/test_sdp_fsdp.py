@@ -1,4 +1,4 @@
-"""B-SDP composed with FSDP2 (reproductions/sdp/compose.py): both readings against plain b-sdp and fsdp,
+"""B-SDP composed with FSDP2 (reproductions/sdp/compose.py): both methods against plain b-sdp and fsdp,
 bytes by the formula, one-line errors, and the estimate beside a measured run.
 
 The multi-process tests launch real gloo runs (marked slow); llama-tiny, micro_batch 4, three steps.
@@ -73,7 +73,7 @@ def state(record: dict) -> list[int]:
 def test_holders_reading_equals_plain_b_sdp_with_fsdp_state(runs, nproc, coverage, ac, accum):
     sets = (f"C={coverage}", "check_every=1", f"grad_accum={accum}")
     plain = run(runs, "b-sdp", nproc, 4 // accum, *sets, ac=ac)
-    sharded = run(runs, "b-sdp", nproc, 4 // accum, *sets, "fsdp=holders", ac=ac)
+    sharded = run(runs, "b-sdp-fsdp-holders", nproc, 4 // accum, *sets, ac=ac)
     assert_same_losses(sharded, plain)
     info = sharded["parallel"]["sdp"]
     assert info["fsdp"]["reading"] == "holders" and sharded["parallel"]["mesh"]["fsdp"] == "holders"
@@ -90,7 +90,7 @@ def test_holders_reading_equals_plain_b_sdp_with_fsdp_state(runs, nproc, coverag
 def test_worker_reading_equals_b_sdp_at_k_workers(runs):
     """K = 2 workers of G = 2 ranks, each rank half a worker's micro-batch: the same rows, the same means."""
     plain = run(runs, "b-sdp", 2, 4, "C=0.75")
-    sharded = run(runs, "b-sdp", 4, 2, "C=0.75", "fsdp=worker", "G=2", "check_every=1")
+    sharded = run(runs, "b-sdp-fsdp-worker", 4, 2, "C=0.75", "G=2", "check_every=1")
     assert_same_losses(sharded, plain)
     info = sharded["parallel"]["sdp"]
     assert sharded["parallel"]["mesh"] == {"sdp_workers": 2, "fsdp": "worker", "shard": 2}
@@ -99,10 +99,12 @@ def test_worker_reading_equals_b_sdp_at_k_workers(runs):
     assert wire(sharded) == pytest.approx(info["formula"]["wire_bytes_per_rank"], rel=1e-12)
 
 
-@pytest.mark.parametrize("world,sets", [(4, {"C": 0.5, "fsdp": "holders"}), (4, {"C": 0.75, "fsdp": "worker", "G": 2})])
-def test_estimated_bytes_equal_the_formula(world, sets):
+@pytest.mark.parametrize(
+    "method,world,sets", [("b-sdp-fsdp-holders", 4, {"C": 0.5}), ("b-sdp-fsdp-worker", 4, {"C": 0.75, "G": 2})]
+)
+def test_estimated_bytes_equal_the_formula(method, world, sets):
     rec = estimate(
-        RunConfig(method="b-sdp", model="llama-tiny", nproc=world, micro_batch=2, seq_len=64, variant=dict(sets))
+        RunConfig(method=method, model="llama-tiny", nproc=world, micro_batch=2, seq_len=64, variant=dict(sets))
     )
     formula = rec["parallel"]["sdp"]["formula"]["payload_bytes_per_rank"]
     measured = bytes_by_op(rec)
@@ -113,26 +115,27 @@ def test_estimated_bytes_equal_the_formula(world, sets):
 
 
 @pytest.mark.parametrize(
-    "variant,world,fix",
+    "method,variant,world,fix",
     [
-        ({"fsdp": "worker", "G": 2}, 3, "multiple of G"),
-        ({"fsdp": "worker", "G": 4, "C": 0.5}, 4, r"K = 4 ranks / G=4 = 1"),
-        ({"fsdp": "holders", "G": 2}, 2, "only with --set fsdp=worker"),
-        ({"fsdp": "rows"}, 2, "fsdp must be one of none, holders, worker"),
-        ({"fsdp": "worker", "G": 0}, 2, "G must be a whole number >= 1"),
+        ("b-sdp-fsdp-worker", {"G": 2}, 3, "multiple of G"),
+        ("b-sdp-fsdp-worker", {"G": 4, "C": 0.5}, 4, r"K = 4 ranks / G=4 = 1"),
+        ("b-sdp-fsdp-holders", {"G": 2}, 2, "b-sdp-fsdp-holders has no parameter 'G'"),
+        ("b-sdp-fsdp-holders", {"aggregation": "dense"}, 2, "has no parameter 'aggregation'"),
+        ("b-sdp", {"fsdp": "holders"}, 2, "b-sdp has no parameter 'fsdp'"),
+        ("b-sdp-fsdp-worker", {"G": 0}, 2, "G must be a whole number >= 1"),
     ],
 )
-def test_bad_composition_is_one_line(variant, world, fix):
+def test_bad_composition_is_one_line(method, variant, world, fix):
     with pytest.raises(ValueError, match=fix) as err:
-        get_strategy(RunConfig(method="b-sdp", variant=dict(variant))).check(world)
+        get_strategy(RunConfig(method=method, variant=dict(variant))).check(world)
     assert "\n" not in str(err.value)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant,ac", [({"C": 0.75, "fsdp": "holders"}, True), ({"C": 0.5}, False)])
-def test_estimate_equals_the_measured_run(tmp_path, variant, ac):
+@pytest.mark.parametrize("method,variant,ac", [("b-sdp-fsdp-holders", {"C": 0.75}, True), ("b-sdp", {"C": 0.5}, False)])
+def test_estimate_equals_the_measured_run(tmp_path, method, variant, ac):
     """The estimator check named by the SDP cards that an estimate may decide (claims.yaml: estimator_check)."""
-    cfg = RunConfig(method="b-sdp", model="llama-tiny", nproc=2, micro_batch=1, seq_len=64, ac=ac, variant=variant)
+    cfg = RunConfig(method=method, model="llama-tiny", nproc=2, micro_batch=1, seq_len=64, ac=ac, variant=variant)
     estimated = estimate(cfg)
     measured = measure_beside(estimated, cfg, "cpu", tmp_path)
     rows = compare(estimated, measured)

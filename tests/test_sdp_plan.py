@@ -29,7 +29,7 @@ def _frame(runs: list[RunConfig]) -> pd.DataFrame:
         protocol = "flops" if cfg.flops else "tokens"
         variant = {**cfg.variant, "ac": cfg.ac, "precision": cfg.precision}
         if cfg.method == "b-sdp":
-            variant = {"aggregation": "groups", "fsdp": "none", **variant}
+            variant = {"aggregation": "groups", **variant}
         rows.append({"method": cfg.method, "model": cfg.model, "variant": json.dumps(variant), "protocol": protocol})
     return pd.DataFrame(rows)
 
@@ -120,8 +120,9 @@ def test_calibration_sweeps_both_baselines_and_places_the_method_where_they_fit(
         for method in ("ddp", "fsdp"):
             if not sdp_plan._is_default(settings):
                 assert (method, settings["micro_batch"], settings["precision"]) in swept
-    for settings, _ in sdp_plan.CALIBRATED:
-        assert ("b-sdp", settings["micro_batch"], settings["precision"]) in swept
+    for settings, baseline in sdp_plan.CALIBRATED:
+        for method, _, _ in sdp_plan.CALIBRATED_ARMS[baseline]:
+            assert (method, settings["micro_batch"], settings["precision"]) in swept
 
 
 def test_an_unknown_preset_names_the_known_ones():

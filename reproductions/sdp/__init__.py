@@ -5,8 +5,8 @@ B-SDP with its two FSDP readings, backward-masked B-SDP and neuron-level N-SDP (
 
 from pathlib import Path
 
-from reproductions.sdp.compose import ComposedBlockSDP
-from reproductions.sdp.method import BackwardBlockSDP
+from reproductions.sdp.compose import HolderShardedBlockSDP, WorkerShardedBlockSDP
+from reproductions.sdp.method import BackwardBlockSDP, BlockSDP
 from reproductions.sdp.neurons import NeuronSDP
 from reproductions.sdp.plan import PRESETS, plan
 from suite.extensions import Reproduction
@@ -17,7 +17,7 @@ _BSDP = Config("b-sdp", sets=(("C", 0.5),))
 REPRODUCTION = Reproduction(
     name="sdp",
     description="Subnetwork Data Parallelism against DDP: per-device memory, bytes per step and loss",
-    methods=(ComposedBlockSDP, BackwardBlockSDP, NeuronSDP),
+    methods=(BlockSDP, HolderShardedBlockSDP, WorkerShardedBlockSDP, BackwardBlockSDP, NeuronSDP),
     plan=plan,
     presets=tuple(PRESETS),
     claims=Path(__file__).with_name("claims.yaml"),

@@ -1,4 +1,4 @@
-"""B-SDP composed with FSDP2: `--set fsdp=holders` (reading b) and `--set fsdp=worker --set G=...` (reading a).
+"""B-SDP composed with FSDP2: `b-sdp-fsdp-holders` (reading b) and `b-sdp-fsdp-worker --set G=...` (reading a).
 
 How the paper composes SDP with FSDP is not known (CLAIMS.md section 1); both readings are built here
 from torch's own pieces (`fully_shard`, `DeviceMesh.from_group`), so `estimate` and the meters run them
@@ -44,95 +44,50 @@ from reproductions.sdp.method import SHARED, BlockSDP, drop_blocks, maskable_blo
 from suite.params import Param
 from suite.strategy import Context, local_tensor
 
-READINGS = ("none", "holders", "worker")
-
 
 def padded_numel(shape: tuple[int, ...], n: int) -> int:
     """FSDP2 shards dim 0, padded to a multiple of the mesh's shard size."""
     return math.ceil(shape[0] / n) * n * math.prod(shape[1:])
 
 
-class ComposedBlockSDP(BlockSDP):
-    """b-sdp with `fsdp=none` (plain, method.py), `holders` or `worker` (this module's docstring)."""
+class _ShardedBlockSDP(BlockSDP):
+    """What the two readings share: b-sdp's mask, FSDP2 on a mesh per holder set, and FSDP2's aggregation.
 
-    params = {
-        **BlockSDP.params,
-        "fsdp": Param(
-            str, "none", "none; holders: each block sharded over its holders; worker: workers of G ranks", READINGS
-        ),
-        "G": Param(int, None, "devices per SDP worker, with fsdp=worker (default 1)", low=1),
-    }
+    A reading says its meshes, its shard slot, the copies of a parameter across ranks and its record text.
+    """
 
-    def __init__(self, cfg, variant: dict | None = None) -> None:
-        super().__init__(cfg, variant)
-        self.reading = self.variant["fsdp"]
-        if "G" in self.variant and self.reading != "worker":
-            raise ValueError("G (devices per SDP worker) applies only with --set fsdp=worker")
-        self.G = self.variant.get("G", 1)
+    # FSDP2 aggregates over each holder mesh, so b-sdp's choice of aggregation does not apply
+    params = {k: v for k, v in BlockSDP.params.items() if k != "aggregation"}
+    reading = ""
+    G = 1
 
     # ---- workers and ranks -------------------------------------------------------------------------
     def workers(self, world_size: int) -> int:
-        """K: one SDP worker per rank, or per G ranks with fsdp=worker."""
-        if world_size % self.G:
-            raise ValueError(
-                f"fsdp=worker needs a world size that is a multiple of G: {world_size} ranks cannot "
-                f"form workers of G={self.G}; use --nproc {self.G * max(world_size // self.G, 1)} "
-                "or a G dividing it"
-            )
-        return world_size // self.G
-
-    def check(self, world_size: int) -> None:
-        k = self.workers(world_size)
-        try:
-            super().check(k)
-        except ValueError as err:
-            if self.reading != "worker":
-                raise
-            raise ValueError(f"{err} (fsdp=worker: K = {world_size} ranks / G={self.G} = {k})") from None
+        """K: the SDP workers of `world_size` ranks."""
+        return world_size
 
     def setup(self, ctx: Context) -> None:
         self.check(ctx.world_size)
         self.variant["K"] = self.workers(ctx.world_size)
 
+    def check(self, world_size: int) -> None:
+        super().check(self.workers(world_size))
+
     def ranks_of(self, workers: tuple[int, ...]) -> list[list[int]]:
         """The ranks of each of `workers`, one row per worker (G columns)."""
         return [[w * self.G + s for s in range(self.G)] for w in workers]
 
-    # ---- meshes ------------------------------------------------------------------------------------
     def _holder_sets(self) -> list[tuple[int, ...]]:
         everyone = tuple(range(self.mask.workers))
         return sorted({*self.mask.holders, everyone}, key=lambda s: (len(s), s))
 
-    def _mesh_per_holder_set(self, ctx: Context) -> dict[tuple[int, ...], DeviceMesh]:
-        """reading b: a 1-D mesh of each holder set this rank is in; every rank creates every group."""
-        meshes = {}
-        for ranks in self._holder_sets():
-            everyone = len(ranks) == ctx.world_size
-            group = dist.group.WORLD if everyone else dist.new_group(list(ranks))
-            if ctx.rank in ranks:
-                ctx.label_group(group, "world" if everyone else f"holders{{{','.join(map(str, ranks))}}}")
-                meshes[ranks] = DeviceMesh.from_group(group, ctx.device.type, mesh_dim_names=("holders",))
-        return meshes
+    def _meshes(self, ctx: Context) -> dict[tuple[int, ...], DeviceMesh]:
+        """The mesh of each holder set this rank is in (every rank creates every group, in one order)."""
+        raise NotImplementedError
 
-    def _mesh_per_holder_workers(self, ctx: Context) -> dict[tuple[int, ...], DeviceMesh]:
-        """reading a: (replicate = holder workers, shard = G) per holder set this rank's worker is in."""
-        me, slot = divmod(ctx.rank, self.G)
-        shard = [dist.new_group(row) for row in self.ranks_of(tuple(range(self.mask.workers)))][me]
-        ctx.label_group(shard, "worker-shard")
-        meshes = {}
-        for workers in self._holder_sets():
-            if len(workers) == 1:
-                if workers == (me,):
-                    meshes[workers] = DeviceMesh.from_group(shard, ctx.device.type, mesh_dim_names=("shard",))
-                continue
-            rows = self.ranks_of(workers)
-            replicate = [dist.new_group([row[s] for row in rows]) for s in range(self.G)][slot]
-            if me in workers:
-                ctx.label_group(replicate, f"holders{{{','.join(map(str, workers))}}}.replicate")
-                meshes[workers] = DeviceMesh.from_group(
-                    [replicate, shard], ctx.device.type, mesh=rows, mesh_dim_names=("replicate", "shard")
-                )
-        return meshes
+    def copies(self, name: str) -> int:
+        """Full copies of a parameter across ranks."""
+        raise NotImplementedError
 
     # ---- the model ---------------------------------------------------------------------------------
     def _mask_model(self, model: nn.Module, ctx: Context) -> nn.Module:
@@ -142,14 +97,12 @@ class ComposedBlockSDP(BlockSDP):
         return super()._mask_model(model, worker)
 
     def build(self, make_model: Callable[[], nn.Module], ctx: Context) -> nn.Module:
-        if self.reading == "none":
-            return super().build(make_model, ctx)
         self.make_model, self.ctx = make_model, ctx
         model = self._mask_model(make_model(), ctx)
         self.names = list(self.component)
         if self.cfg.ac:
             apply_activation_checkpointing(model)
-        meshes = (self._mesh_per_holder_set if self.reading == "holders" else self._mesh_per_holder_workers)(ctx)
+        meshes = self._meshes(ctx)
         policy = precision.fsdp_policy(self.cfg.precision)
         held = list(zip(sorted(self.mine), maskable_blocks(model)))  # after dropping: the held ones, in order
         for index, block in held:
@@ -175,20 +128,13 @@ class ComposedBlockSDP(BlockSDP):
 
     # ---- the loop's hooks --------------------------------------------------------------------------
     def autocast(self, ctx: Context) -> AbstractContextManager:
-        # sharded readings use FSDP2's mixed-precision policy instead (as the fsdp baseline does)
-        return super().autocast(ctx) if self.reading == "none" else nullcontext()
+        return nullcontext()  # FSDP2's mixed-precision policy instead, as the fsdp baseline does
 
     def micro_step(self, model: nn.Module, last: bool) -> AbstractContextManager:
-        return nullcontext() if self.reading == "none" else gradient_sync(model, last)
+        return gradient_sync(model, last)
 
     def after_backward(self, model: nn.Module, ctx: Context) -> None:
-        if self.reading == "none":
-            super().after_backward(model, ctx)
-        # else: FSDP2's reduce-scatter (and HSDP all-reduce) over each holder mesh already averaged
-
-    def copies(self, name: str) -> int:
-        """Full copies of a parameter across ranks: its holder workers under fsdp=worker, else one."""
-        return len(self.holders(self.component[name])) if self.reading == "worker" else 1
+        """Nothing: FSDP2's reduce-scatter (and HSDP all-reduce) over each holder mesh already averaged."""
 
     @torch.no_grad()
     def clip_grad_norm(self, model: nn.Module, max_norm: float, ctx: Context) -> None:
@@ -196,8 +142,6 @@ class ComposedBlockSDP(BlockSDP):
 
         Every copy's shards partition its tensor, so the sum over ranks is copies x the squared norm.
         """
-        if self.reading == "none":
-            return super().clip_grad_norm(model, max_norm, ctx)
         squares = torch.zeros(len(self.names), dtype=torch.float32, device=ctx.device)
         for i, n in enumerate(self.names):
             if n in self.local and self.local[n].grad is not None:
@@ -210,13 +154,6 @@ class ComposedBlockSDP(BlockSDP):
             if p.grad is not None:
                 local_tensor(p.grad).mul_(coef)  # the local shard: what the optimizer steps on
 
-    def _shard_slot(self, ctx: Context) -> int | None:
-        """Copies of a shard share a component and a shard index; under fsdp=holders every shard has one
-        copy, so only fsdp=worker compares anything."""
-        if self.reading == "none":
-            return None
-        return ctx.rank % self.G if self.reading == "worker" else ctx.rank
-
     @torch.no_grad()
     def eval_model(self, model: nn.Module) -> nn.Module:
         """Plain (unsharded) models: the full one on rank 0, each other rank its own subnetwork.
@@ -225,8 +162,6 @@ class ComposedBlockSDP(BlockSDP):
         mesh, in parameter order, so in block order on every rank); the first rank of a block's first
         holder sends it to rank 0 when rank 0 lacks it (point-to-point, off the ledger like all of eval).
         """
-        if self.reading == "none":
-            return super().eval_model(model)
         ctx = self.ctx
         full = {n: local_tensor(p.full_tensor() if isinstance(p, DTensor) else p) for n, p in model.named_parameters()}
         full.update(dict(model.named_buffers()))
@@ -252,36 +187,30 @@ class ComposedBlockSDP(BlockSDP):
         return plain
 
     # ---- the record --------------------------------------------------------------------------------
+    mesh_text = ""
+    aggregation_text = ""
+
+    def _holder_meshes(self) -> list:
+        return [list(h) for h in self._holder_sets()]
+
     def _describe_composition(self) -> dict:
-        info = self._describe_mask()
-        info["fsdp"] = {
-            "reading": self.reading,
-            "G": self.G,
-            "mesh": (
-                "each block: 1-D over its holder ranks; shared parts: 1-D over all ranks"
-                if self.reading == "holders"
-                else f"each block: (replicate = its holder workers, shard = G = {self.G}) HSDP, a 1-D shard mesh "
-                "when one worker holds it; shared parts: (replicate = all K workers, shard = G)"
+        return {
+            **self._describe_layout(),
+            "fsdp": {
+                "reading": self.reading,
+                "G": self.G,
+                "mesh": self.mesh_text,
+                "holder_meshes": self._holder_meshes(),
+            },
+            "aggregation": self.aggregation_text,
+            "grad_clip": "norm of the whole aggregated gradient: all-reduce (sum) of per-tensor squared shard "
+            "norms over group grad-norm, divided by each tensor's number of copies",
+            "evaluation": "full model gathered on rank 0 (full_tensor() on each holder mesh, then point-to-point "
+            "from the first holder), off the ledger; other ranks evaluate their own subnetwork",
+            "formula": fsdp_formula_bytes(
+                self.mask, self._component_shapes(), self.reading, self.G, self._gather_itemsize(), self.cfg.grad_accum
             ),
-            "holder_meshes": [self.ranks_of(h) if self.reading == "worker" else list(h) for h in self._holder_sets()],
         }
-        info["aggregation"] = (
-            "FSDP2 reduce-scatter over each holder mesh (mean over holders)"
-            if self.reading == "holders"
-            else "FSDP2 reduce-scatter inside each worker, all-reduce across holder workers (HSDP)"
-        )
-        info["grad_clip"] = (
-            "norm of the whole aggregated gradient: all-reduce (sum) of per-tensor squared shard "
-            "norms over group grad-norm, divided by each tensor's number of copies"
-        )
-        info["evaluation"] = (
-            "full model gathered on rank 0 (full_tensor() on each holder mesh, then point-to-point "
-            "from the first holder), off the ledger; other ranks evaluate their own subnetwork"
-        )
-        info["formula"] = fsdp_formula_bytes(
-            self.mask, self._component_shapes(), self.reading, self.G, self._gather_itemsize(), self.cfg.grad_accum
-        )
-        return info
 
     def _component_shapes(self) -> dict[int, list[tuple[int, ...]]]:
         out: dict[int, list[tuple[int, ...]]] = {}
@@ -293,13 +222,102 @@ class ComposedBlockSDP(BlockSDP):
         dtype = precision.fsdp_policy(self.cfg.precision).param_dtype
         return (dtype or torch.float32).itemsize
 
+    def _mesh_record(self) -> dict:
+        return {"sdp_workers": self.mask.workers, "fsdp": self.reading}
+
     def describe(self, ctx: Context) -> dict:
-        if self.reading == "none":
-            return super().describe(ctx)
-        mesh = {"sdp_workers": self.mask.workers, "fsdp": self.reading}
-        if self.reading == "worker":
-            mesh["shard"] = self.G
-        return {"strategy": self.name, "mesh": mesh, "sdp": self.info}
+        return {"strategy": self.name, "mesh": self._mesh_record(), "sdp": self.info}
+
+
+class HolderShardedBlockSDP(_ShardedBlockSDP):
+    """Reading (b): one rank per SDP worker; each held block FSDP-sharded over exactly its holder ranks."""
+
+    name = "b-sdp-fsdp-holders"
+    reading = "holders"
+    mesh_text = "each block: 1-D over its holder ranks; shared parts: 1-D over all ranks"
+    aggregation_text = "FSDP2 reduce-scatter over each holder mesh (mean over holders)"
+
+    def _meshes(self, ctx: Context) -> dict[tuple[int, ...], DeviceMesh]:
+        """A 1-D mesh of each holder set this rank is in; every rank creates every group."""
+        meshes = {}
+        for ranks in self._holder_sets():
+            everyone = len(ranks) == ctx.world_size
+            group = dist.group.WORLD if everyone else dist.new_group(list(ranks))
+            if ctx.rank in ranks:
+                ctx.label_group(group, "world" if everyone else f"holders{{{','.join(map(str, ranks))}}}")
+                meshes[ranks] = DeviceMesh.from_group(group, ctx.device.type, mesh_dim_names=("holders",))
+        return meshes
+
+    def copies(self, name: str) -> int:
+        return 1  # each shard lives on one rank of its holder mesh
+
+    def _shard_slot(self, ctx: Context) -> int | None:
+        return ctx.rank  # every shard has one copy: nothing for the holder check to compare
+
+
+class WorkerShardedBlockSDP(_ShardedBlockSDP):
+    """Reading (a): K = world / G SDP workers of G ranks, each FSDP-sharding its subnetwork (HSDP per holder set)."""
+
+    name = "b-sdp-fsdp-worker"
+    reading = "worker"
+    params = {**_ShardedBlockSDP.params, "G": Param(int, 1, "devices per SDP worker", low=1)}
+    aggregation_text = "FSDP2 reduce-scatter inside each worker, all-reduce across holder workers (HSDP)"
+
+    def __init__(self, cfg, variant: dict | None = None) -> None:
+        super().__init__(cfg, variant)
+        self.G = self.variant["G"]
+        self.mesh_text = (
+            f"each block: (replicate = its holder workers, shard = G = {self.G}) HSDP, a 1-D shard mesh "
+            "when one worker holds it; shared parts: (replicate = all K workers, shard = G)"
+        )
+
+    def workers(self, world_size: int) -> int:
+        if world_size % self.G:
+            raise ValueError(
+                f"b-sdp-fsdp-worker needs a world size that is a multiple of G: {world_size} ranks cannot "
+                f"form workers of G={self.G}; use --nproc {self.G * max(world_size // self.G, 1)} "
+                "or a G dividing it"
+            )
+        return world_size // self.G
+
+    def check(self, world_size: int) -> None:
+        k = self.workers(world_size)
+        try:
+            super().check(world_size)
+        except ValueError as err:
+            raise ValueError(f"{err} (K = {world_size} ranks / G={self.G} = {k})") from None
+
+    def _meshes(self, ctx: Context) -> dict[tuple[int, ...], DeviceMesh]:
+        """(replicate = holder workers, shard = G) per holder set this rank's worker is in."""
+        me, slot = divmod(ctx.rank, self.G)
+        shard = [dist.new_group(row) for row in self.ranks_of(tuple(range(self.mask.workers)))][me]
+        ctx.label_group(shard, "worker-shard")
+        meshes = {}
+        for workers in self._holder_sets():
+            if len(workers) == 1:
+                if workers == (me,):
+                    meshes[workers] = DeviceMesh.from_group(shard, ctx.device.type, mesh_dim_names=("shard",))
+                continue
+            rows = self.ranks_of(workers)
+            replicate = [dist.new_group([row[s] for row in rows]) for s in range(self.G)][slot]
+            if me in workers:
+                ctx.label_group(replicate, f"holders{{{','.join(map(str, workers))}}}.replicate")
+                meshes[workers] = DeviceMesh.from_group(
+                    [replicate, shard], ctx.device.type, mesh=rows, mesh_dim_names=("replicate", "shard")
+                )
+        return meshes
+
+    def copies(self, name: str) -> int:
+        return len(self.holders(self.component[name]))  # one full copy per holder worker
+
+    def _shard_slot(self, ctx: Context) -> int | None:
+        return ctx.rank % self.G  # copies of a shard: the same slot in each holder worker
+
+    def _holder_meshes(self) -> list:
+        return [self.ranks_of(h) for h in self._holder_sets()]
+
+    def _mesh_record(self) -> dict:
+        return {**super()._mesh_record(), "shard": self.G}
 
 
 def fsdp_formula_bytes(

@@ -332,12 +332,12 @@ class SubnetworkDP(Strategy):
         return full.to_empty(device=self.ctx.device)
 
     # ---- the record ------------------------------------------------------------------------------------
-    def _describe_mask(self) -> dict:
+    def _describe_layout(self) -> dict:
+        """The mask and what it splits, the same under every way of aggregating."""
         shared = [n for n in self.names if self.component[n] == SHARED]
         return {
             **self.mask.describe(),
             "masking": "forward" if self.forward_masked else "backward",
-            "aggregation": self.variant["aggregation"],
             "unit": "residual block",
             "shared": shared,
             "always_held_blocks": self.always_held_blocks,
@@ -346,6 +346,12 @@ class SubnetworkDP(Strategy):
                 sum(self.numel[n] for n in self.names if self.component[n] == b) for b in range(self.mask.components)
             ],
             "optimizer_state_of_non_held": False,
+        }
+
+    def _describe_mask(self) -> dict:
+        return {
+            **self._describe_layout(),
+            "aggregation": self.variant["aggregation"],
             "grad_clip": "norm of the whole aggregated gradient (all-reduce max of per-tensor norms, group grad-norm)",
             "evaluation": "full model assembled on rank 0 from the first holder of each block (point-to-point, "
             "off the ledger); other ranks evaluate their own subnetwork, which the record does not use",
@@ -400,7 +406,7 @@ def formula_bytes(mask: Mask, component_bytes: dict[int, int], aggregation: str,
 
 
 class BlockSDP(SubnetworkDP):
-    """B-SDP: whole residual blocks, forward masking (declared through compose.py, which adds the FSDP readings)."""
+    """B-SDP: whole residual blocks, forward masking; compose.py adds the two ways of composing it with FSDP2."""
 
     name = "b-sdp"
 

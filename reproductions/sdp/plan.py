@@ -82,9 +82,9 @@ ESTIMATES = (  # (model, method, variant, ac, projected onto the topology)
     ("llama-1b", "ddp", {}, False, True),
     ("llama-1b", "fsdp", NO_PREFETCH, True, False),
     ("llama-1b", "b-sdp", {"C": 0.69}, False, False),
-    ("llama-1b", "b-sdp", {"C": 0.69, "fsdp": "holders"}, True, True),
-    ("llama-1b", "b-sdp", {"C": 0.69, "fsdp": "holders"}, False, True),  # the wall-clock projection without AC
-    ("llama-1b", "b-sdp", {"C": 0.69, "fsdp": "worker", "G": 2}, True, True),
+    ("llama-1b", "b-sdp-fsdp-holders", {"C": 0.69}, True, True),
+    ("llama-1b", "b-sdp-fsdp-holders", {"C": 0.69}, False, True),  # the wall-clock projection without AC
+    ("llama-1b", "b-sdp-fsdp-worker", {"C": 0.69, "G": 2}, True, True),
     ("llama-500m", "ddp", {}, False, False),
     ("llama-500m", "b-sdp", {"C": 0.5}, False, False),
 )
@@ -110,10 +110,10 @@ CALIBRATED = (
 CALIBRATED_ARMS = {
     "ddp": (
         ("b-sdp", {"C": 0.69}, False),
-        ("b-sdp", {"C": 0.69, "fsdp": "holders"}, True),
-        ("b-sdp", {"C": 0.69, "fsdp": "worker", "G": 2}, True),
+        ("b-sdp-fsdp-holders", {"C": 0.69}, True),
+        ("b-sdp-fsdp-worker", {"C": 0.69, "G": 2}, True),
     ),
-    "fsdp": (("b-sdp", {"C": 0.69, "fsdp": "holders"}, True),),
+    "fsdp": (("b-sdp-fsdp-holders", {"C": 0.69}, True),),
 }
 
 
@@ -155,7 +155,7 @@ def _quality_arms(common: dict, workers: int, steps: int, seeds: tuple[int, ...]
 def _mechanism_arms(common: dict, workers: int, steps: int) -> list[RunConfig]:
     """One seed each: memory and bytes of the other variants, and SDP+FSDP against FSDP, all with AC.
 
-    Reading (a) of SDP+FSDP (fsdp=worker) runs in the tests and the paper-scale estimates, not here: the
+    Reading (a) of SDP+FSDP (b-sdp-fsdp-worker) runs in the tests and the paper-scale estimates, not here: the
     smoke preset must finish within 20 minutes on 2 cores."""
     equal, matched = _budgets(common, workers, steps)
     arms = [
@@ -165,7 +165,7 @@ def _mechanism_arms(common: dict, workers: int, steps: int) -> list[RunConfig]:
         ("n-sdp", {"C": 0.5}, matched, False),
         ("fsdp", {}, equal, True),
         ("fsdp", NO_PREFETCH, equal, True),
-        ("b-sdp", {"C": 0.5, "fsdp": "holders"}, equal, True),
+        ("b-sdp-fsdp-holders", {"C": 0.5}, equal, True),
     ]
     return [RunConfig(method=m, nproc=workers, variant=v, ac=ac, **common, **budget) for m, v, budget, ac in arms]
 
