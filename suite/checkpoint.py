@@ -32,7 +32,7 @@ import random
 import re
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -46,9 +46,6 @@ from suite.atomic import DiskFull, atomic_write, publish_folder, temporary_folde
 from suite.config import RunConfig
 from suite.recorder import REPOSITORY
 from suite.strategy import local_tensor
-
-if TYPE_CHECKING:
-    from suite.train import Worker
 
 KEEP = 2  # checkpoints kept per run: the newest can be the one a kill interrupted while it was written
 CHECKSUMS = "checksums.json"  # every other file's size and SHA-256, verified before a checkpoint is loaded
@@ -204,33 +201,44 @@ def write_config(cfg: RunConfig) -> None:
 
 
 # ---- what a rank holds -------------------------------------------------------------------------------
-def _optimizers(worker: Worker) -> list[torch.optim.Optimizer]:
-    return [worker.optimizer, *worker.strategy.optimizers()]
+@dataclasses.dataclass
+class RunState:
+    """What a checkpoint saves and restores of one rank. The run builds it (suite/train.py), so that this
+    module knows the state it keeps and nothing of the training loop that holds it."""
+
+    folder: Path  # the run's checkpoint folder (run_folder)
+    model: torch.nn.Module
+    optimizers: list[torch.optim.Optimizer]  # the run's own, then the strategy's (DiLoCo's outer one)
+    strategy: object  # may hold a torch.Generator of its own (Dion's sketch), as the optimizers may
+    schedule: Any  # the learning-rate schedule: state_dict() and load_state_dict()
+    metering: Any  # the run's meters: results() is what a checkpoint keeps of them
+    rank: int
+    world: int
+    group: dist.ProcessGroup  # the gloo group checkpoints are written and read on
+    device: torch.device
+
+    def owners(self) -> dict[str, object]:
+        """What may hold a torch.Generator of its own, by the key its generators are saved under."""
+        return {**{f"optim{i}": o for i, o in enumerate(self.optimizers)}, "strategy": self.strategy}
+
+    def generators(self) -> dict[str, torch.Generator]:
+        """Every torch.Generator attribute of an owner, as `owner.attribute`."""
+        return {
+            f"{name}.{attr}": value
+            for name, owner in self.owners().items()
+            for attr, value in sorted(vars(owner).items())
+            if isinstance(value, torch.Generator)
+        }
 
 
-def _owners(worker: Worker) -> dict[str, Any]:
-    """What may hold a torch.Generator of its own (Dion's sketch): the optimizers and the strategy, by key."""
-    return {**{f"optim{i}": o for i, o in enumerate(_optimizers(worker))}, "strategy": worker.strategy}
-
-
-def _generators(worker: Worker) -> dict[str, torch.Generator]:
-    """Every torch.Generator attribute of an owner, as `owner.attribute`."""
-    return {
-        f"{name}.{attr}": value
-        for name, owner in _owners(worker).items()
-        for attr, value in sorted(vars(owner).items())
-        if isinstance(value, torch.Generator)
-    }
-
-
-def _tensors(worker: Worker, generators: list[str]) -> dict[str, torch.Tensor]:
+def _tensors(state: RunState, generators: list[str]) -> dict[str, torch.Tensor]:
     """This rank's tensors under its own keys; the values share storage with what the run holds."""
-    prefix = f"rank{worker.rank}"
+    prefix = f"rank{state.rank}"
     out: dict[str, torch.Tensor] = {}
-    model_params = {id(p) for p in worker.model.parameters()}
-    for name, t in [*worker.model.named_parameters(), *worker.model.named_buffers()]:
+    model_params = {id(p) for p in state.model.parameters()}
+    for name, t in [*state.model.named_parameters(), *state.model.named_buffers()]:
         out[f"{prefix}/model/{name}"] = local_tensor(t.data)
-    for i, opt in enumerate(_optimizers(worker)):
+    for i, opt in enumerate(state.optimizers):
         params = [p for group in opt.param_groups for p in group["params"]]
         for j, p in enumerate(params):
             if id(p) not in model_params:  # an outer optimizer's own parameter (DiLoCo's anchor)
@@ -239,9 +247,9 @@ def _tensors(worker: Worker, generators: list[str]) -> dict[str, torch.Tensor]:
                 if isinstance(value, torch.Tensor):
                     out[f"{prefix}/optim{i}/state{j}/{key}"] = local_tensor(value)
     out[f"{prefix}/rng/torch"] = torch.get_rng_state()
-    if worker.device.type == "cuda":
-        out[f"{prefix}/rng/cuda"] = torch.cuda.get_rng_state(worker.device)
-    gens = _generators(worker)
+    if state.device.type == "cuda":
+        out[f"{prefix}/rng/cuda"] = torch.cuda.get_rng_state(state.device)
+    gens = state.generators()
     for key in generators:
         out[f"{prefix}/rng/{key}"] = gens[key].get_state()
     return out
@@ -258,41 +266,41 @@ def _plain_state(opt: torch.optim.Optimizer) -> dict:
     }
 
 
-def _rank_state(worker: Worker, loop: dict) -> dict:
-    generators = list(_generators(worker))
+def _rank_state(state: RunState, loop: dict) -> dict:
+    generators = list(state.generators())
     np_state = np.random.get_state()
     return {
         "loop": loop,
-        "optimizers": [_plain_state(o) for o in _optimizers(worker)],
-        "schedule": worker.schedule.state_dict(),
+        "optimizers": [_plain_state(o) for o in state.optimizers],
+        "schedule": state.schedule.state_dict(),
         "python_random": random.getstate(),
         "numpy_random": [np_state[0], np_state[1].tolist(), *np_state[2:]],
         "generators": generators,
-        "meters": worker.metering.results(),
+        "meters": state.metering.results(),
     }
 
 
 # ---- saving ------------------------------------------------------------------------------------------
-def save(worker: Worker, step: int, loop: dict) -> Path:
+def save(state: RunState, step: int, loop: dict) -> Path:
     """Every rank's state after `step` steps into `step-<step>/`; returns the folder once every rank is done."""
-    folder = run_folder(worker.cfg)
+    folder = state.folder
     final = folder / f"step-{step:06d}"
-    if worker.rank == 0:  # a kill's leftover from an earlier attempt at this step
+    if state.rank == 0:  # a kill's leftover from an earlier attempt at this step
         shutil.rmtree(temporary_folder(final, "save"), ignore_errors=True)
-    dist.barrier(group=worker.control)
+    dist.barrier(group=state.group)
     tmp = temporary_folder(final, "save")
-    state = _rank_state(worker, loop)
+    plain = _rank_state(state, loop)
     try:
-        text = json.dumps(state, allow_nan=True)
+        text = json.dumps(plain, allow_nan=True)
     except TypeError as err:
         raise CheckpointError(f"a run's state must be plain data to be checkpointed: {err}") from None
     try:
         writer = FileSystemWriter(tmp)
-        dcp.save(_tensors(worker, state["generators"]), storage_writer=writer, process_group=worker.control)
-        texts = [None] * worker.world
-        dist.all_gather_object(texts, text, group=worker.control)
-        if worker.rank == 0:
-            body = f'{{"step": {step}, "world_size": {worker.world}, "ranks": [{", ".join(texts)}]}}'
+        dcp.save(_tensors(state, plain["generators"]), storage_writer=writer, process_group=state.group)
+        texts = [None] * state.world
+        dist.all_gather_object(texts, text, group=state.group)
+        if state.rank == 0:
+            body = f'{{"step": {step}, "world_size": {state.world}, "ranks": [{", ".join(texts)}]}}'
             atomic_write(tmp / "loop.json", lambda f: f.write(body))
             write_checksums(tmp)
             publish_folder(tmp, final)
@@ -303,7 +311,7 @@ def save(worker: Worker, step: int, loop: dict) -> Path:
         full = "No space left" in str(err) or isinstance(err, DiskFull)
         cause = f"no space left on the disk of {str(folder)!r}" if full else last[0]
         raise CheckpointError(f"checkpoint {final.name} not written ({cause}); the older ones are kept") from None
-    dist.barrier(group=worker.control)  # no rank goes on (or dies) before the checkpoint is complete
+    dist.barrier(group=state.group)  # no rank goes on (or dies) before the checkpoint is complete
     return final
 
 
@@ -400,60 +408,60 @@ def _as_saved(current: Any, saved: Any) -> Any:
     return tuple(saved) if isinstance(current, tuple) and isinstance(saved, list) else saved
 
 
-def load(worker: Worker, path: Path) -> dict:
+def load(state: RunState, path: Path) -> dict:
     """Restore this rank from checkpoint `path` (every rank calls it); returns the loop state saved with it."""
-    data = read_loop(path, worker.world)
-    mine = data["ranks"][worker.rank]
-    if len(mine.get("optimizers", [])) != len(_optimizers(worker)):
+    data = read_loop(path, state.world)
+    mine = data["ranks"][state.rank]
+    if len(mine.get("optimizers", [])) != len(state.optimizers):
         raise CheckpointError(f"{path} was made by another method or optimizer; resume it with its own run.json")
-    for opt in _optimizers(worker):
+    for opt in state.optimizers:
         _materialise(opt)
-    _match_generators(worker, mine["generators"])
-    tensors = _tensors(worker, mine["generators"])
+    _match_generators(state, mine["generators"])
+    tensors = _tensors(state, mine["generators"])
     _SafeReader(path).read_metadata()  # refuses a hostile or broken .metadata with its own error, before DCP does
     try:
-        dcp.load(tensors, storage_reader=_SafeReader(path), planner=_TensorsOnlyPlanner(), process_group=worker.control)
+        dcp.load(tensors, storage_reader=_SafeReader(path), planner=_TensorsOnlyPlanner(), process_group=state.group)
     except CheckpointError:
         raise
     except (Exception, CheckpointException) as err:  # DCP's own (a BaseException): missing keys, wrong shapes
         last = [line for line in str(err).splitlines() if line.strip()][-1]
         raise CheckpointError(f"{path}: cannot load this run's state from it ({last})") from None
-    _restore_plain(worker, mine, tensors)
+    _restore_plain(state, mine, tensors)
     return {**mine["loop"], "meters": mine["meters"]}
 
 
-def _match_generators(worker: Worker, saved: list[str]) -> None:
+def _match_generators(state: RunState, saved: list[str]) -> None:
     """The generators that existed at the checkpoint exist now (their state is loaded next); the others are
     dropped, so that the code that makes them lazily makes them again as the uninterrupted run did."""
-    owners = _owners(worker)
+    owners = state.owners()
     for key in saved:
         name, _, attr = key.partition(".")
         if name not in owners:
             raise CheckpointError(f"the checkpoint holds generator {key!r}, which this run has no owner for")
         if not isinstance(getattr(owners[name], attr, None), torch.Generator):
-            setattr(owners[name], attr, torch.Generator(device=worker.device))
-    for key in set(_generators(worker)) - set(saved):
+            setattr(owners[name], attr, torch.Generator(device=state.device))
+    for key in set(state.generators()) - set(saved):
         name, _, attr = key.partition(".")
         setattr(owners[name], attr, None)
 
 
-def _restore_plain(worker: Worker, mine: dict, tensors: dict[str, torch.Tensor]) -> None:
-    prefix = f"rank{worker.rank}"
-    for opt, saved in zip(_optimizers(worker), mine["optimizers"]):
+def _restore_plain(state: RunState, mine: dict, tensors: dict[str, torch.Tensor]) -> None:
+    prefix = f"rank{state.rank}"
+    for opt, saved in zip(state.optimizers, mine["optimizers"]):
         for group, saved_group in zip(opt.param_groups, saved["param_groups"]):
             for k, v in saved_group.items():
                 group[k] = _as_saved(group.get(k), v)
         params = [p for g in opt.param_groups for p in g["params"]]
         for j, p in enumerate(params):
             opt.state[p].update(saved["state"].get(str(j), {}))
-    worker.schedule.load_state_dict(mine["schedule"])
+    state.schedule.load_state_dict(mine["schedule"])
     version, internal, gauss = mine["python_random"]
     random.setstate((version, tuple(internal), gauss))
     name, keys, pos, has_gauss, cached = mine["numpy_random"]
     np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(tensors[f"{prefix}/rng/torch"])
-    if worker.device.type == "cuda":
-        torch.cuda.set_rng_state(tensors[f"{prefix}/rng/cuda"], worker.device)
-    gens = _generators(worker)
+    if state.device.type == "cuda":
+        torch.cuda.set_rng_state(tensors[f"{prefix}/rng/cuda"], state.device)
+    gens = state.generators()
     for key in mine["generators"]:
         gens[key].set_state(tensors[f"{prefix}/rng/{key}"])

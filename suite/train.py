@@ -373,7 +373,7 @@ class Worker:
         }
         section = self.record["faults"]
         section["checkpoints_written"] += 1  # before saving: the record kept in the checkpoint counts it
-        ckpt.save(self, at.step, loop)
+        ckpt.save(self._run_state(), at.step, loop)
         section["checkpoint_s"] += time.perf_counter() - start
         self._write()
 
@@ -381,7 +381,7 @@ class Worker:
         """Continue from the newest checkpoint: every rank's state, the clock, the meters and the partial record."""
         path = self._intact_checkpoint()
         self._settle_wrappers()
-        loop = ckpt.load(self, path)
+        loop = ckpt.load(self._run_state(), path)
         at = Position(loop["step"], loop["tokens"], loop["flops_per_step"])
         self.spent = loop["spent"]
         clock.restore(loop["clock"])
@@ -392,6 +392,20 @@ class Worker:
             faults.note_resume(self.cfg, self.record["faults"], at.step, self.started)
             self.record["faults"]["resumes"][-1]["refused_checkpoints"] = self.refused_checkpoints
         return at
+
+    def _run_state(self) -> ckpt.RunState:
+        return ckpt.RunState(
+            folder=ckpt.run_folder(self.cfg),
+            model=self.model,
+            optimizers=[self.optimizer, *self.strategy.optimizers()],
+            strategy=self.strategy,
+            schedule=self.schedule,
+            metering=self.metering,
+            rank=self.rank,
+            world=self.world,
+            group=self.control,
+            device=self.device,
+        )
 
     def _intact_checkpoint(self) -> Path:
         """The newest checkpoint whose checksums hold (rank 0 verifies; every rank loads the same one)."""

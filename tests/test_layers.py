@@ -158,3 +158,8 @@ def test_no_import_circles_in_suite_baselines_or_reproductions():
 
 def test_the_circle_finder_sees_a_circle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_checkpoints_know_the_run_state_not_the_training_loop():
+    # annotations included: checkpoint.py takes a RunState the Worker builds, never the Worker itself
+    assert not [m for _, m in _imports_of(SUITE / "checkpoint.py") if m == "suite.train"]
