@@ -23,11 +23,13 @@ The verdict itself is suite/verdicts.py. claims.yaml is a list of claims (or a m
     baseline_protocol: tokens    # the baseline's runs under another protocol, where they are the same runs
     seeds_needed: 1
     requires: [cuda, world_size>=8, network]   # hardware a measurement needs; an allowed estimate does not
+                                               # (gpu:H100: a device whose name contains H100)
     what_would_test: 8 GPUs on 2 nodes, python -m suite reproduce sdp --preset gpu
     command: python -m suite reproduce sdp --preset gpu
 
 Quality claims compare the method's seeds with the baseline's instead of a band:
-    test: equivalence            # "equal": two one-sided tests; non-inferiority: "equal or better"
+    test: equivalence            # "equal": two one-sided tests; non-inferiority: "equal or better";
+                                 # superiority: "better" (by more than the margin; 0: any amount)
     margin: {value: 0.05, source: ...}
     plateau: {change: 0.02, source: ...}    # runs count only once the baseline's validation loss has flattened
 
@@ -53,11 +55,11 @@ from suite.metrics import METRIC_FIELDS, METRICS
 
 KINDS = ("ratio", "quality", "mechanism")
 PROTOCOLS = ("tokens", "flops", "time", "target")
-TESTS = ("equivalence", "non-inferiority")
+TESTS = ("equivalence", "non-inferiority", "superiority")
 # counted: an instrumented algorithm's exact count (docs/architecture.md); simulated numbers are projections,
 # never evidence for a verdict
 DECIDING = ("measured", "counted", "estimated")
-_REQUIREMENT = re.compile(r"^(cuda|network|world_size>=([1-9][0-9]*))$")
+_REQUIREMENT = re.compile(r"^(cuda|network|world_size>=([1-9][0-9]*)|gpu:[A-Za-z0-9][A-Za-z0-9 -]*)$")
 _CHECK = re.compile(r"^[\w./-]+\.py::\w+$")
 _FIELDS = {
     "id",
@@ -303,7 +305,7 @@ def parse_claim(entry: Any, where: str) -> Claim:
         raise e.error("baseline_protocol", "needs a protocol and a metric with a baseline")
     requires = tuple(e.get("requires", list, []))
     if bad := [r for r in requires if not isinstance(r, str) or not _REQUIREMENT.match(r)]:
-        raise e.error("requires", f"{_short(bad[0])} is not cuda, network or world_size>=N")
+        raise e.error("requires", f"{_short(bad[0])} is not cuda, network, world_size>=N or gpu:NAME")
     what_would_test = e.get("what_would_test", str, "")
     if requires and not what_would_test.strip():
         raise e.error("what_would_test", "missing; a claim with requires must say what would test it")

@@ -170,6 +170,8 @@ def summary_row(rec: dict) -> dict[str, Any]:
         "tokens_per_s": rec["throughput"]["tokens_per_s"],
         # the optimizer phase alone (an optimizer-step speed-up is never quoted as a training speed-up)
         "optimizer_s_median": (rec["throughput"].get("phases_s_median") or {}).get("optimizer"),
+        # CPU seconds per step: on a shared machine, waiting for a core adds wall time but no CPU time
+        "cpu_step_s_median": rec["throughput"].get("cpu_step_s_median"),
         "peak_bytes_max": max((m["peak_bytes"] for m in mem), default=None),
         "state_bytes_max": max(
             (m.get("state_bytes", m["params"] + m["grads"] + m["optimizer"]) for m in mem), default=None
@@ -186,8 +188,8 @@ def summary_row(rec: dict) -> dict[str, Any]:
 SUMMARY_FIELDS = (
     "run_id", "status", "reproduction", "method", "baseline", "variant", "arm", "arm_label", "arm_config", "model",
     "params", "world_size", "seed", "device", "provenance", "protocol", "steps", "tokens", "flops", "wall_s",
-    "tokens_per_s", "optimizer_s_median", "peak_bytes_max", "state_bytes_max", "comm_bytes_per_rank_step",
-    "comm_wire_bytes_per_rank_step", "final_train_loss", "final_val_loss", "path",
+    "tokens_per_s", "optimizer_s_median", "cpu_step_s_median", "peak_bytes_max", "state_bytes_max",
+    "comm_bytes_per_rank_step", "comm_wire_bytes_per_rank_step", "final_train_loss", "final_val_loss", "path",
 )  # fmt: skip
 
 

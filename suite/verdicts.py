@@ -91,6 +91,7 @@ class Environment:
     devices: frozenset[str] = frozenset()
     max_world_size: int = 0
     inter_node: bool = False
+    device_names: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, df: pd.DataFrame) -> Environment:
@@ -98,13 +99,20 @@ class Environment:
         measured = df[df["provenance"] == "measured"] if not df.empty else df
         if measured.empty:
             return cls()
-        return cls(frozenset(measured["device"]), int(measured["world_size"].max()), bool(measured["inter_node"].any()))
+        return cls(
+            frozenset(measured["device"]),
+            int(measured["world_size"].max()),
+            bool(measured["inter_node"].any()),
+            frozenset(measured["device_name"].astype(str)),
+        )
 
     def meets(self, requirement: str) -> bool:
         if requirement == "cuda":
             return "cuda" in self.devices
         if requirement == "network":
             return self.inter_node
+        if requirement.startswith("gpu:"):
+            return any(requirement[4:] in name for name in self.device_names)
         return self.max_world_size >= int(requirement.split(">=")[1])
 
     def describe(self) -> str:
@@ -120,6 +128,8 @@ def _requirement_mask(requirement: str, df: pd.DataFrame) -> pd.Series:
         return df["device"] == "cuda"
     if requirement == "network":
         return df["inter_node"].astype(bool)
+    if requirement.startswith("gpu:"):
+        return (df["device"] == "cuda") & df["device_name"].astype(str).str.contains(requirement[4:], regex=False)
     return df["world_size"] >= int(requirement.split(">=")[1])
 
 
@@ -441,8 +451,9 @@ def _welch(a: np.ndarray, b: np.ndarray, alternative: str) -> float:
 def _judge_quality(claim: Claim, samples: Samples) -> dict[str, Any]:
     """Values oriented so that lower is better; d = method - baseline, margin m.
 
-    Non-inferiority: d < m shown at ALPHA is reproduced, d > m shown is fell short. Equivalence (two one-sided
-    tests): -m < d < m shown is reproduced, d < -m shown is exceeded, d > m shown is fell short."""
+    Non-inferiority: d < m shown at ALPHA is reproduced, d > m shown is fell short. Superiority: d < -m shown is
+    reproduced, d > -m shown is fell short (not better by the margin). Equivalence (two one-sided tests):
+    -m < d < m shown is reproduced, d < -m shown is exceeded, d > m shown is fell short."""
     sign = 1.0 if claim.better == "lower" else -1.0
     mine, theirs, m = sign * samples.values, sign * samples.baseline, claim.margin.value
     gap = float(np.mean(samples.values) - np.mean(samples.baseline))
@@ -457,6 +468,9 @@ def _judge_quality(claim: Claim, samples: Samples) -> dict[str, Any]:
     if claim.test == "non-inferiority":
         ok = _welch(mine - m, theirs, "less")
         tests = {"reproduced": ok, "fell short": worse}
+    elif claim.test == "superiority":
+        ok = better
+        tests = {"reproduced": better, "fell short": _welch(mine + m, theirs, "greater")}
     else:
         ok = max(_welch(mine + m, theirs, "greater"), _welch(mine - m, theirs, "less"))
         tests = {"reproduced": ok, "exceeded": better, "fell short": worse}

@@ -131,7 +131,7 @@ def test_invalid_claim_names_the_field(change, field):
         ({"seeds_needed": 2}, "seeds_needed: 2 is too few"),
         ({"margin": None}, "margin: missing"),
         ({"plateau": None}, "plateau: missing; a loss comparison"),
-        ({"test": "superiority"}, "test: 'superiority'"),
+        ({"test": "better-than"}, "test: 'better-than'"),
         ({"test": "equivalence"}, "margin.value: an equivalence test needs a margin > 0"),
         ({"band": {"tolerance": 0.1, "source": "s"}}, "band: a quality claim"),
     ],
@@ -265,6 +265,20 @@ def test_equivalence_is_two_one_sided_tests_and_a_large_gain_is_exceeded():
     assert equal([1.9, 2.3, 2.1], [2.0, 2.2, 2.1]).verdict == "inconclusive"
 
 
+def test_superiority_needs_the_gain_shown_and_fails_a_method_shown_no_better():
+    """A claim of "better" is not reproduced by "no worse" (issue 25: Dion's cards used non-inferiority)."""
+
+    def better(method, baseline, margin=0.0):
+        return _quality_verdict("lower", method, baseline, margin=margin, test="superiority")
+
+    assert better([2.00, 2.01, 2.02], [2.30, 2.31, 2.29]).verdict == "reproduced"
+    equal = [2.00, 2.01, 2.02]
+    assert _quality_verdict("lower", equal, [2.0, 2.01, 2.02], margin=0.05).verdict == "reproduced"
+    assert better(equal, [2.0, 2.01, 2.02], margin=0.05).verdict == "fell short"  # not better by 0.05
+    assert better([2.30, 2.31, 2.29], [2.00, 2.01, 2.02]).verdict == "fell short"
+    assert better([2.0, 2.4, 2.2], [2.1, 2.3, 2.25]).verdict == "inconclusive"
+
+
 def test_identical_seeds_are_inconclusive_rather_than_untested():
     assert _quality_verdict("lower", [2.0] * 3, [2.1] * 3).verdict == "inconclusive"
 
@@ -274,7 +288,7 @@ def test_identical_seeds_are_inconclusive_rather_than_untested():
 @given(
     st.lists(st.floats(1.0, 3.0), min_size=3, max_size=5),
     st.lists(st.floats(1.0, 3.0), min_size=3, max_size=5),
-    st.sampled_from(["equivalence", "non-inferiority"]),
+    st.sampled_from(["equivalence", "non-inferiority", "superiority"]),
 )
 def test_quality_verdict_does_not_depend_on_the_sign_convention(method, baseline, test):
     lower = _quality_verdict("lower", method, baseline, margin=0.1, test=test)
@@ -320,6 +334,17 @@ def test_unmet_requirements_make_a_claim_not_testable_here():
     )
     # Runs below the required scale do not count towards the claim.
     assert met.verdict == "reproduced" and met.measured == pytest.approx(0.6) and met.provenance == "measured (gpu)"
+
+
+def test_a_named_gpu_decides_and_other_gpus_do_not():
+    """dion-optimizer-step-vs-muon-gpu once accepted any GPU for a number measured on one H100."""
+    c = claim(requires=["cuda", "gpu:H100"], what_would_test="an H100", metric=RATIO)
+    h200 = {"device": "cuda", "evidence": "measured (gpu)", "device_name": "NVIDIA H200"}
+    other = evaluate(c, frame(rows("m", [60.0], **h200), rows("ddp", [100.0], **h200)))
+    assert other.verdict == "not testable here" and "needs gpu:H100" in other.reason
+    h100 = {**h200, "device_name": "NVIDIA H100 80GB HBM3"}
+    both = frame(rows("m", [60.0], **h100), rows("ddp", [100.0], **h100), rows("m", [10.0], **h200))
+    assert evaluate(c, both).measured == pytest.approx(0.6)
 
 
 def test_what_the_machine_can_do_is_read_from_measured_records_only():

@@ -6,7 +6,7 @@ README.md here describes the method, the plan and what is not testable on this m
 from pathlib import Path
 
 from reproductions.dion.dion import Dion
-from reproductions.dion.plan import plan
+from reproductions.dion.plan import PRESETS, plan
 from reproductions.dion.spec import DION
 from suite.extensions import Reproduction
 from suite.pairs import Config, Pair
@@ -21,6 +21,7 @@ REPRODUCTION = Reproduction(
     "tokens",
     optimizers=(DION,),
     plan=plan,
+    presets=PRESETS,
     claims=Path(__file__).with_name("claims.yaml"),
     # whole-step tokens/s of llama-tiny at 2 ranks with the matrix optimizer swapped; new pairs, no reference yet
     pairs=(

@@ -60,6 +60,9 @@ VISION_STEPS, VISION_WORKERS = 10, 4
 VISION_ARMS = (("ddp", {}), ("b-sdp", {"C": 0.6}), ("n-sdp", {"C": 0.5}))
 GPU = dict(model="llama-134m", device="cuda", seq_len=1024, micro_batch=8, eval_every=50, lr=1e-3, lr_decay="cosine")
 GPU_STEPS = 200
+# backward against forward masking at extreme sparsity (C = 3/8: 6 of llama-1b's 16 blocks held), on 8+ GPUs
+SPARSE = dict(GPU, model="llama-1b", variant={"C": 0.375}, tokens=2e8)
+SPARSE_GPUS = 8
 # CIFAR arms on GPUs where the data is present (CIFAR_ROOT, torchvision's layout): per-GPU batch 64 as in the paper
 GPU_VISION = dict(device="cuda", micro_batch=64, eval_every=500, lr=1e-3, data="cifar10")
 GPU_VISION_EPOCHS = 30
@@ -224,7 +227,15 @@ def _gpu() -> list[RunConfig]:
         *_quality_arms(GPU, gpus, GPU_STEPS, _seeds(3)),
         *_mechanism_arms(GPU, gpus, GPU_STEPS),
         *_gpu_vision_arms(gpus, os.environ.get("CIFAR_ROOT")),
+        *_sparse_arms(gpus),
     ]
+
+
+def _sparse_arms(gpus: int) -> list[RunConfig]:
+    """bb-sdp and b-sdp at C = 3/8, three seeds each, where there are SPARSE_GPUS GPUs or more."""
+    if gpus < SPARSE_GPUS:
+        return []
+    return [RunConfig(method=m, nproc=gpus, seed=s, **SPARSE) for s in _seeds(3) for m in ("b-sdp", "bb-sdp")]
 
 
 def _gpu_vision_arms(gpus: int, root: str | None) -> list[RunConfig]:

@@ -1,0 +1,100 @@
+"""Every claim card's command plans the arms the card reads: its `--preset` plans runs (or estimates, or
+microbenchmark items) on both sides of the card, under the card's protocol. A card whose command plans nothing
+it could be judged on sends its reader to run a plan that cannot decide it (issue 25: the Dion wall-clock
+card named `--preset gpu`, which planned no llama-1b and no target runs)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import re
+
+import pandas as pd
+import pytest
+import torch
+
+from reproductions.flash_io.micro import BACKENDS
+from suite import config
+from suite.claims import Claim, claims_for
+from suite.extensions import reproductions
+from suite.metrics import side
+from suite.optim import get_spec, split_variant
+from suite.params import resolved
+from suite.plans import Plan, load_plan
+from suite.strategy import get_strategy
+
+# the packages export their plan functions as `plan`
+flash_io_plan = importlib.import_module("reproductions.flash_io.plan")
+sdp_plan = importlib.import_module("reproductions.sdp.plan")
+GPUS = 8  # the GPU presets plan on every visible GPU; the cards that need a world size ask for up to 8
+
+
+def _protocol(cfg: config.RunConfig) -> str:
+    return (
+        next(k for k, f in (("flops", cfg.flops), ("time", cfg.time_s), ("target", cfg.target)) if f)
+        if (cfg.flops or cfg.time_s or cfg.target)
+        else "tokens"
+    )
+
+
+def planned_row(cfg: config.RunConfig) -> dict:
+    """What the record of a planned run will carry for a card to select on: method, model, variant (declared
+    defaults filled in, as the worker records it), arm configuration and protocol."""
+    method_params, optimizer_params = split_variant(cfg)
+    variant = {
+        **get_strategy(cfg, method_params).variant,
+        "ac": cfg.ac,
+        "precision": cfg.precision,
+        "optimizer": cfg.optimizer,
+        **resolved(get_spec(cfg.optimizer).params, optimizer_params),
+    }
+    settings = dataclasses.asdict(cfg)
+    arm = {k: settings[k] for k in config.ARM if k in settings and k != "nproc"}
+    arm.update(method=cfg.method, model=cfg.model, world_size=cfg.nproc, protocol=_protocol(cfg))
+    return {
+        "method": cfg.method,
+        "model": cfg.model,
+        "variant": json.dumps(variant, sort_keys=True, default=str),
+        "arm_config": json.dumps(arm, sort_keys=True, default=str),
+        "protocol": _protocol(cfg),
+    }
+
+
+def _frame(plan: Plan) -> pd.DataFrame:
+    return pd.DataFrame([planned_row(c) for c in [*plan.runs, *(e.cfg for e in plan.estimates)]])
+
+
+def missing_sides(card: Claim, plan: Plan) -> list[str]:
+    """The sides of `card` that `plan` plans nothing for."""
+    m = card.metric
+    if m["name"].startswith("micro"):  # micro, micro-slope: microbenchmark items, named by `method`
+        return [] if any(item.name == m["method"] for item in plan.micro) else [f"micro item {m['method']}"]
+    df = _frame(plan)
+    out = []
+    for baseline, protocol in ((False, card.protocol), (True, card.baseline_protocol or card.protocol)):
+        if baseline and not m.get("baseline"):
+            continue
+        rows = side(df, m, baseline=baseline) if not df.empty else df
+        if protocol and not rows.empty:
+            rows = rows[rows["protocol"] == protocol]
+        if rows.empty:
+            out.append(f"{'baseline' if baseline else 'method'} {m['baseline' if baseline else 'method']}")
+    return out
+
+
+CARDS = [(name, card) for name in sorted(reproductions()) for card in claims_for(name)]
+
+
+@pytest.mark.parametrize("name, card", CARDS, ids=[card.id for _, card in CARDS])
+def test_every_cards_command_plans_the_arms_it_reads(name, card, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: GPUS)
+    monkeypatch.setenv("CIFAR_ROOT", "/data/cifar")
+    preset = re.search(r"--preset (\S+)", card.command or "")
+    assert preset, f"{card.id}: its command {card.command!r} names no preset"
+    if preset.group(1) != "smoke":  # a GPU preset, planned as on a node of GPUS GPUs with every SDPA backend
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(flash_io_plan, "available_backends", lambda device: list(BACKENDS))
+        monkeypatch.setattr(sdp_plan, "step_flops", lambda model, sequences, seq_len: 1e12 * sequences)
+    plan = load_plan(name, preset.group(1))
+    assert not missing_sides(card, plan), f"{card.id}: `{card.command}` plans no {missing_sides(card, plan)}"
