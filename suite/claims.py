@@ -7,7 +7,7 @@ The verdict itself is suite/verdicts.py. claims.yaml is a list of claims (or a m
     paper_value: 0.72            # a number or [low, high]; text for quality claims; omit when the paper gives none
     unit: x DDP peak bytes
     source: {paper: arXiv 2507.09029, table: Table 3, version: v5}
-    source_status: unverified
+    source_status: unverified     # "derived ...": the value is the suite's own model, not a paper number (below)
     kind: ratio                  # ratio | mechanism | quality
     better: lower                # which way is an improvement: a verdict says "exceeded" or "fell short"
     metric: {name: ratio, field: peak_bytes_max, method: b-sdp, baseline: ddp, model: llama-1b, variant: {C: 0.69}}
@@ -26,6 +26,7 @@ The verdict itself is suite/verdicts.py. claims.yaml is a list of claims (or a m
                                                # (gpu:H100: a device whose name contains H100)
     what_would_test: 8 GPUs on 2 nodes, python -m suite reproduce sdp --preset gpu
     command: python -m suite reproduce sdp --preset gpu
+    requires_claims: [sdp-quality]   # a compound claim ("less memory with quality kept"): see below
 
 Quality claims compare the method's seeds with the baseline's instead of a band:
     test: equivalence            # "equal": two one-sided tests; non-inferiority: "equal or better";
@@ -36,6 +37,12 @@ Quality claims compare the method's seeds with the baseline's instead of a band:
 Every band, margin and plateau states its source: no unexplained constant decides a verdict. `calibrate`
 pins settings the paper did not state: among the swept settings (micro-batch, sequence length, precision,
 ...), only those where the baseline's `field` lies within `within` of the paper's absolute `value` decide.
+
+A `source_status` that begins with "derived" says the value is a formula the suite derived from the method
+(CLAIMS.md's byte and state formulas), not a number the paper prints: inside its band such a card "matches
+the model", never "reproduced". `requires_claims` names the other halves of a compound claim (claims of the
+same file, themselves not compound): the card's verdict is the weakest of its own and theirs
+(suite/verdicts.py STRENGTH), and the card links them.
 """
 
 from __future__ import annotations
@@ -85,6 +92,7 @@ _FIELDS = {
     "requires",
     "what_would_test",
     "command",
+    "requires_claims",
 }
 
 
@@ -152,6 +160,12 @@ class Claim:
     beside: tuple[Beside, ...] = ()
     # e.g. DDP's equal-steps runs spend exactly the FLOP budget they define: one set of runs serves both
     baseline_protocol: str | None = None
+    requires_claims: tuple[str, ...] = ()  # the other halves of a compound claim (their ids)
+
+    @property
+    def derived(self) -> bool:
+        """The value is the suite's own derivation (source_status "derived ..."), not a paper number."""
+        return self.source_status.startswith("derived")
 
     @property
     def paper_range(self) -> tuple[float, float] | None:
@@ -218,7 +232,21 @@ def load_claims(path: str | Path) -> list[Claim]:
     ids = [c.id for c in claims]
     if len(set(ids)) != len(ids):
         raise ClaimsError(f"{path}: claim ids must be unique; repeated: {sorted({i for i in ids if ids.count(i) > 1})}")
+    _check_compounds(path, claims)
     return claims
+
+
+def _check_compounds(path: Path, claims: list[Claim]) -> None:
+    """Each half a compound claim names is a claim of the file, and not compound itself: the verdicts combine
+    once, so no chain or cycle of halves can form."""
+    compound = {c.id for c in claims if c.requires_claims}
+    known = {c.id for c in claims}
+    for c in claims:
+        for part in c.requires_claims:
+            if part == c.id or part not in known:
+                raise ClaimsError(f"{path}: {c.id}.requires_claims: {part!r} is not another claim of this file")
+            if part in compound:
+                raise ClaimsError(f"{path}: {c.id}.requires_claims: {part!r} is compound itself; name its halves")
 
 
 def claims_for(reproduction: str) -> list[Claim]:
@@ -314,6 +342,9 @@ def parse_claim(entry: Any, where: str) -> Claim:
     if seeds_needed < minimum:
         raise e.error("seeds_needed", f"{seeds_needed} is too few; a quality claim needs 3 seeds per arm, others 1")
     evidence = _evidence(e)
+    requires_claims = tuple(e.get("requires_claims", list, []))
+    if bad := [r for r in requires_claims if not isinstance(r, str) or not r]:
+        raise e.error("requires_claims", f"{_short(bad[0])} is not a claim id")
     return Claim(
         id=e.get("id", str),
         statement=e.get("statement", str),
@@ -335,6 +366,7 @@ def parse_claim(entry: Any, where: str) -> Claim:
         calibrate=_calibration(e),
         beside=_beside(e),
         baseline_protocol=baseline_protocol,
+        requires_claims=requires_claims,
     )
 
 

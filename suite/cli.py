@@ -336,18 +336,23 @@ def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
 
 def cmd_verdicts(args: argparse.Namespace, argv: list[str]) -> int:
     from suite.records import load_records
-    from suite.verdicts import verdict_rows, verdict_table
+    from suite.verdicts import origin, verdict_rows, verdict_table
 
-    records = []
+    records, origins = [], []
     for folder in args.results:
         if not Path(folder).is_dir():
             raise UsageError(f"no results folder {folder!r}; give folders that hold run records")
-        records += load_records(folder)[0]
+        found = load_records(folder)[0]
+        records += found
+        env = [r["env"] for r in found]
+        origins.append(f"{folder}: {origin([e.get('git_sha') for e in env], [e.get('git_dirty') for e in env])}")
     try:
         rows = verdict_rows(records)
     except ClaimsError as err:
         raise UsageError(str(err)) from None
     print(json.dumps(rows, indent=1, default=str) if args.json else verdict_table(rows))
+    # a folder's records from several commits or a dirty tree are no one reproducible state: said every time
+    print("\n".join(origins), file=sys.stderr if args.json else sys.stdout)
     return 0
 
 

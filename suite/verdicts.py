@@ -3,7 +3,10 @@
 Verdict words keep their direction (docs/architecture.md): reproduced (inside the band, or the test passes), exceeded
 (better than claimed, beyond the band), fell short (worse), inconclusive (noise too large, too few seeds, runs
 too short, no run), not testable here (the hardware is missing: says what would test it), and "measured, no
-paper value" for claims without a paper number.
+paper value" for claims without a paper number ("counted, ..." or "estimated, ..." where a count or an estimate
+decided). A card whose value the suite derived itself (Claim.derived)
+"matches the model" where another card would be reproduced: it checks our formula, not the paper. A compound
+claim (`requires_claims`) takes the weakest of its own verdict and its halves' (STRENGTH).
 
 Evidence kinds never mix. What this machine can do is read from measured records only. An estimated record
 decides only a claim that allows it (`evidence`), and a simulated one never decides: it is shown beside the
@@ -18,24 +21,56 @@ comparison one arm.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections import Counter
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from suite.claims import Claim
+from suite.claims import Claim, ClaimsError
 from suite.metrics import METRICS, Samples, _per_seed, side
 
 ALPHA = 0.05
-VERDICTS = ("reproduced", "exceeded", "fell short", "inconclusive", "not testable here", "measured, no paper value")
+VERDICTS = (
+    "reproduced",
+    "matches the model",
+    "exceeded",
+    "fell short",
+    "inconclusive",
+    "not testable here",
+    "measured, no paper value",
+    "counted, no paper value",
+    "estimated, no paper value",
+)
+# From the weakest support for a claim to the strongest. A half that fell short refutes a compound claim; a
+# half nothing here can test leaves it untestable, even where more runs would settle the other; a half without
+# a paper number, or checked against our own formula, cannot make the whole "reproduced".
+STRENGTH = (
+    "fell short",
+    "not testable here",
+    "inconclusive",
+    "measured, no paper value",
+    "counted, no paper value",
+    "estimated, no paper value",
+    "matches the model",
+    "reproduced",
+    "exceeded",
+)
 # The order in which evidence is preferred: measured, then counted (an instrumented algorithm's exact count: no
 # hardware measurement, the same on any device), then estimates; each only where the claim allows it.
 EVIDENCE = ("measured (gpu)", "measured (cpu)", "counted", "estimated", "simulated")
+# Evidence that no seed enters: the seeds of one setting give one number, counted once
+DETERMINISTIC = ("counted", "estimated")
 # Settings two arms must share to be compared (a sweep over them is a calibration, never pooled as seeds).
 SETTING_KEYS = ("model", "seq_len", "micro_batch", "grad_accum", "precision")
 # What suite/sim projects: time. Its records copy the estimate's memory and bytes, which are no projection.
 PROJECTED_FIELDS = ("wall_s", "tokens_per_s")
+
+
+def kind_of(label: str) -> str:
+    """measured, counted or estimated: the kind of an EVIDENCE label, without the device."""
+    return label.split(" (")[0]
 
 
 def evidence_label(provenance: str, device: str) -> str:
@@ -75,6 +110,8 @@ class Verdict:
     shown: tuple[Shown, ...] = field(default_factory=tuple)
     # calibrated claims: (setting, the baseline's value there, whether it is within the paper's band)
     calibration: tuple[tuple[str, float, bool], ...] = ()
+    parts: tuple[tuple[str, str], ...] = ()  # a compound claim's halves: (claim id, that claim's own verdict)
+    commits: str = ""  # where the deciding records come from (see commits)
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -142,6 +179,8 @@ def claim_frame(records: list[dict]) -> pd.DataFrame:
         return df
     df["evidence"] = [evidence_label(p, d) for p, d in zip(df["provenance"], df["device"])]
     df["device_name"] = [r["env"]["device_name"] for r in records]
+    df["git_sha"] = [r["env"].get("git_sha") for r in records]
+    df["git_dirty"] = [r["env"].get("git_dirty") for r in records]
     df["inter_node"] = [_crosses_nodes(r) for r in records]
     df["setting"] = [setting_of(r) for r in records]
     df["val_change_last_fifth"] = [val_change_last_fifth(r["curve"]) for r in records]
@@ -210,10 +249,15 @@ def evaluate(claim: Claim, df: pd.DataFrame) -> Verdict:
         reason = f"no complete {kinds} runs of {_arms(claim)}{where}"
         return Verdict("inconclusive", reason=reason, band=_band_text(claim), shown=shown)
     sweep = _sweep(claim, rows, label)
+    if label in DETERMINISTIC and claim.kind != "quality":
+        samples = _one_per_setting(samples)
     samples, setting, note = _calibrated(claim, samples, sweep)
     verdict = _judge(claim, samples)
-    n = len(samples.values) if samples.baseline is None or claim.kind != "quality" else _n_quality(samples)
+    if verdict["verdict"] == "measured, no paper value":  # the word names the evidence that decided
+        verdict["verdict"] = f"{kind_of(label)}, no paper value"
+    n = _n_seeds(samples) if samples.baseline is None or claim.kind != "quality" else _n_quality(samples)
     measured = float(np.mean(samples.values)) if len(samples.values) else None
+    one_setting = len(set(samples.settings)) == 1  # a spread over settings is no noise: the interval shows them
     paper = claim.paper_range
     reason = verdict["reason"] + note
     if label == "estimated":
@@ -221,7 +265,7 @@ def evaluate(claim: Claim, df: pd.DataFrame) -> Verdict:
     return Verdict(
         verdict["verdict"],
         measured=measured,
-        spread=float(np.std(samples.values, ddof=1)) if len(samples.values) > 1 else None,
+        spread=float(np.std(samples.values, ddof=1)) if len(samples.values) > 1 and one_setting else None,
         interval=verdict.get("interval"),
         n_seeds=n,
         ratio_to_paper=measured / paper[0] if measured and paper and paper[0] == paper[1] and paper[0] else None,
@@ -236,7 +280,39 @@ def evaluate(claim: Claim, df: pd.DataFrame) -> Verdict:
         run_ids=tuple(samples.rows["run_id"]),
         shown=shown,
         calibration=sweep,
+        commits=origin(samples.rows["git_sha"], samples.rows["git_dirty"]),
     )
+
+
+def origin(shas: Any, dirty: Any) -> str:
+    """Where records come from (their env.git_sha and env.git_dirty): "one clean commit SHA", or what keeps
+    them from it: "mixed commits (N)", "dirty tree", or a commit or tree state not recorded. '' for none."""
+    shas, dirty = list(shas), list(dirty)
+    if not shas:
+        return ""
+    distinct = set(shas)
+    problems = [f"mixed commits ({len(distinct)})"] if len(distinct) > 1 else []
+    if None in distinct:
+        problems.append("commit not recorded")
+    if True in dirty:
+        problems.append("dirty tree")
+    elif None in dirty:
+        problems.append("tree state not recorded")
+    return ", ".join(problems) if problems else f"one clean commit {shas[0][:7]}"
+
+
+def _n_seeds(samples: Samples) -> int:
+    """The seeds behind the judged values: the fewest any setting has (settings are never seeds)."""
+    return min(Counter(samples.settings).values(), default=len(samples.values))
+
+
+def _one_per_setting(samples: Samples) -> Samples:
+    """Evidence no seed enters (DETERMINISTIC): the seeds of a setting are one value, counted once."""
+    settings = tuple(dict.fromkeys(samples.settings))
+    at = [np.array(samples.settings) == s for s in settings]
+    values = np.array([samples.values[m].mean() for m in at])
+    baseline = None if samples.baseline is None else np.array([samples.baseline[m].mean() for m in at])
+    return Samples(values, samples.rows, settings, baseline, samples.baseline_rows)
 
 
 def _n_quality(samples: Samples) -> int:
@@ -372,16 +448,26 @@ def _judge(claim: Claim, samples: Samples) -> dict[str, Any]:
             return {"verdict": "inconclusive", "reason": short}
         result = _judge_quality(claim, samples)
     else:
-        if len(samples.values) < claim.seeds_needed:
+        if (n := _n_seeds(samples)) < claim.seeds_needed:
             return {
                 "verdict": "inconclusive",
-                "reason": f"{len(samples.values)} seed(s) of {_arms(claim)}; the claim needs {claim.seeds_needed}",
+                "reason": f"{n} seed(s) of {_arms(claim)}; the claim needs {claim.seeds_needed}",
             }
         result = _judge_band(claim, samples)
+        if claim.derived and claim.has_paper_value:
+            result = _against_the_model(claim, result)
     if not claim.has_paper_value:
         result = {**result, "verdict": "measured, no paper value"}
         result["reason"] = f"the paper gives no value to compare with; {result['reason']}"
     return result
+
+
+def _against_the_model(claim: Claim, result: dict[str, Any]) -> dict[str, Any]:
+    """A band around the suite's own derivation: inside it the value matches our model, which says nothing of
+    the paper's numbers."""
+    word = "matches the model" if result["verdict"] == "reproduced" else result["verdict"]
+    reason = f"{result['reason']}; the value is the suite's own derivation ({claim.source_status})"
+    return {**result, "verdict": word, "reason": reason}
 
 
 def _interval(samples: Samples) -> tuple[float, float]:
@@ -401,7 +487,7 @@ def _judge_band(claim: Claim, samples: Samples) -> dict[str, Any]:
     low, high = _interval(samples)
     what = f"{low:.4g}" if low == high else f"[{low:.4g}, {high:.4g}] ({_interval_kind(samples)})"
     if claim.band is None or claim.paper_range is None:
-        return {"verdict": "measured, no paper value", "reason": f"measured {what}", "interval": (low, high)}
+        return {"verdict": "measured, no paper value", "reason": what, "interval": (low, high)}
     lo, hi = claim.paper_range
     lo, hi = lo - claim.band.value, hi + claim.band.value
     lower_better = claim.better == "lower"
@@ -503,7 +589,22 @@ def _scale(rows: pd.DataFrame) -> str:
 def judge_all(claims: list[Claim], records: list[dict]) -> list[tuple[Claim, Verdict]]:
     """Every claim's verdict from the records of its reproduction (the report and `suite verdicts` share it)."""
     df = claim_frame(records)
-    return [(claim, evaluate(claim, df)) for claim in claims]
+    own = {claim.id: evaluate(claim, df) for claim in claims}
+    return [(claim, _compound(claim, own)) for claim in claims]
+
+
+def _compound(claim: Claim, own: dict[str, Verdict]) -> Verdict:
+    """A compound claim's verdict: the weakest (STRENGTH) of its own and its halves' own verdicts, each named."""
+    if not claim.requires_claims:
+        return own[claim.id]
+    if missing := [p for p in claim.requires_claims if p not in own]:
+        raise ClaimsError(f"{claim.id} requires the claims {missing}, which are not among the claims judged")
+    mine = own[claim.id]
+    parts = tuple((p, own[p].verdict) for p in claim.requires_claims)
+    word = min([mine.verdict, *(v for _, v in parts)], key=STRENGTH.index)
+    halves = "; ".join(f"{p}: {v}" for p, v in parts)
+    reason = f"a compound claim, the weakest half decides: this card's half {mine.verdict} ({mine.reason}); {halves}"
+    return replace(mine, verdict=word, reason=reason, parts=parts)
 
 
 def verdict_rows(records: list[dict]) -> list[dict[str, Any]]:
@@ -532,7 +633,7 @@ def verdict_rows(records: list[dict]) -> list[dict[str, Any]]:
 
 def verdict_table(rows: list[dict[str, Any]]) -> str:
     """The rows as a plain-text table for a terminal: claim, verdict, value, band, evidence, runs."""
-    head = ("claim", "verdict", "value", "band or test", "evidence", "runs")
+    head = ("claim", "verdict", "value", "band or test", "evidence", "runs", "records")
     body = [
         (
             r["claim"],
@@ -541,6 +642,7 @@ def verdict_table(rows: list[dict[str, Any]]) -> str:
             r["band"],
             r["provenance"] or "",
             str(len(r["run_ids"])),
+            r["commits"],
         )
         for r in rows
     ]

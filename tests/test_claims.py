@@ -491,8 +491,8 @@ def test_mechanism_claim_reads_an_eval_of_one_arm():
     assert evaluate(c, frame(rows("m", [1.0]))).verdict == "inconclusive"
 
 
-def test_a_verdict_is_one_of_six():
-    assert len(verdicts_module.VERDICTS) == 6
+def test_a_verdict_is_one_of_nine():
+    assert len(verdicts_module.VERDICTS) == 9
     with pytest.raises(ValueError, match="not one of"):
         verdicts_module.Verdict("probably")
 

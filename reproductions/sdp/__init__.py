@@ -5,6 +5,7 @@ B-SDP with its two FSDP readings, backward-masked B-SDP and neuron-level N-SDP (
 
 from pathlib import Path
 
+from reproductions.sdp import metrics  # noqa: F401  (registers the claim metric against the design)
 from reproductions.sdp.compose import HolderShardedBlockSDP, WorkerShardedBlockSDP
 from reproductions.sdp.method import BackwardBlockSDP, BlockSDP
 from reproductions.sdp.neurons import NeuronSDP

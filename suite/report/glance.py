@@ -28,15 +28,18 @@ from suite.verdicts import VERDICTS, Verdict
 
 COLOURS = {
     "reproduced": "#137333",
+    "matches the model": "#00796b",
     "exceeded": "#0b57d0",
     "fell short": "#c5221f",
     "inconclusive": "#b08800",
     "not testable here": "#80868b",
     "measured, no paper value": "#5b6fa8",
+    "counted, no paper value": "#5b6fa8",
+    "estimated, no paper value": "#5b6fa8",
 }
 MARKERS = {"measured": "o", "counted": "s", "estimated": "D", "projected": "^"}
 SHOWN = "#7d7d7d"
-VERDICT_WIDTH = text_inches(["measured, no paper value"]) + 0.2
+VERDICT_WIDTH = text_inches(["estimated, no paper value"]) + 0.2
 
 
 def kind(evidence: str | None) -> str:

@@ -17,7 +17,7 @@ from suite.report import figures, frames, glance, tables
 from suite.report.estimates import estimates_beside, unmeasured_table
 from suite.report.figures import Chart
 from suite.report.tables import Cell, Table, fmt_bytes, fmt_number
-from suite.verdicts import EVIDENCE, Verdict, claim_frame, evidence_label
+from suite.verdicts import EVIDENCE, Verdict, claim_frame, evidence_label, origin
 
 
 @dataclass
@@ -49,6 +49,13 @@ class Reproduction:
     @property
     def counts(self) -> list[tuple[str, int]]:
         return glance.counts(self.verdicts)
+
+    @property
+    def origin(self) -> str:
+        """Where this page's records come from: one clean commit, or what keeps them from it."""
+        return origin(
+            [r["env"].get("git_sha") for r in self.records], [r["env"].get("git_dirty") for r in self.records]
+        )
 
 
 def claim_rows(repro: Reproduction, claim_href: str) -> Table:
@@ -87,6 +94,7 @@ def index_context(repros: list[Reproduction], skipped: list[tuple[str, str]], n_
                 "methods": sorted({rec["method"] for rec in r.records}),
                 "evidence": [e for e in EVIDENCE if e in {_label(rec) for rec in r.records}],
                 "counts": r.counts,
+                "origin": origin_badge(r.origin),
                 "glance": r.glance,
                 "claims": claim_rows(r, r.href) if r.verdicts else None,
             }
@@ -115,6 +123,7 @@ def reproduction_context(repro: Reproduction, run_hrefs: dict[int, str], records
         "runs": len(repro.records),
         "claims_error": repro.claims_error,
         "counts": repro.counts,
+        "origin": origin_badge(repro.origin),
         "glance": repro.glance,
         "claims": claim_rows(repro, ""),
         "cards": [_card(c, v, by_id, repro, labels) for c, v in repro.verdicts],
@@ -198,6 +207,8 @@ def _card(claim: Claim, verdict: Verdict, run_hrefs: dict[str, str], repro: Repr
         "scale": verdict.scale or "—",
         "command": claim.command,
         "runs": [(run_hrefs[r], r) for r in dict.fromkeys(verdict.run_ids) if r in run_hrefs],
+        "parts": [(f"#claim-{css_token(part)}", part, word) for part, word in verdict.parts],
+        "commits": origin_badge(verdict.commits) if verdict.commits else None,
     }
 
 
@@ -219,6 +230,11 @@ def _measured(verdict: Verdict, unit: str) -> str:
     spread = "" if verdict.spread is None else f" ± {fmt_number(0 if verdict.spread < noise else verdict.spread)}"
     seeds = f"{verdict.n_seeds} seed{'s' if verdict.n_seeds != 1 else ''}"
     return f"{fmt_number(verdict.measured)}{spread} {unit} ({seeds})"
+
+
+def origin_badge(text: str) -> tuple[str, str]:
+    """An origin (suite.verdicts.origin) and its badge style: records of one clean commit, or a warning."""
+    return text, "records-clean" if text.startswith("one clean commit") else "records-mixed"
 
 
 def _label(record: dict) -> str:

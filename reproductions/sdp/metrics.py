@@ -1,0 +1,45 @@
+"""SDP's claim metric against its own design (registered with suite.metrics.metric).
+
+What N-SDP masks in LLaMA is not known from the paper (CLAIMS.md): here only MLP neurons, so the state ratio
+against DDP is not C but whatever the masks hold. A run's record says what that is (parallel.sdp: the shared
+parameters and each component's), so the card judges the measured ratio over the ratio the masks predict.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from suite.metrics import Samples, metric, ratio, side
+
+
+def design_state(path: str) -> float:
+    """The state the run's masks predict, as a fraction of the whole model's: the largest worker's shared plus
+    held component parameters over all parameters (NaN for a record without SDP masks)."""
+    sdp = json.loads(Path(path).read_text(encoding="utf-8"))["parallel"].get("sdp") or {}
+    if not sdp.get("held"):
+        return float("nan")
+    shared, blocks = sdp["shared_params"], sdp["block_params"]
+    largest = max(sum(blocks[j] for j in held) for held in sdp["held"])
+    return (shared + largest) / (shared + sum(blocks))
+
+
+@metric("state-vs-design", fields=("state_bytes_max",))
+def state_vs_design(
+    df: pd.DataFrame,
+    field: str,
+    method: str,
+    baseline: str,
+    variant: dict | None = None,
+    model: str | list[str] | None = None,
+) -> Samples:
+    """`field` of the method over the baseline's (paired as `ratio` pairs them), over the design's prediction
+    for the method's run: 1 where the meter sees what the masks hold."""
+    mine = side(df, {"method": method, "variant": variant, "model": model})
+    paths = mine["path"].map(lambda p: design_state(p) if isinstance(p, str) else np.nan)
+    scaled = df.assign(**{field: df[field].astype(float)})
+    scaled.loc[mine.index, field] = mine[field].astype(float) / paths.astype(float)
+    return ratio(scaled, field, method, baseline, variant=variant, model=model)
