@@ -311,6 +311,30 @@ def test_quality_runs_whose_baseline_loss_still_falls_are_too_short():
     assert flat.verdict == "reproduced"
 
 
+def test_the_plateau_reads_the_baseline_arm_when_both_sides_share_a_method():
+    """Dion against AdamW: both arms are `ddp`. A plateau read by method name would see the method's flat
+    runs and judge the baseline's still-falling loss as final."""
+    c = quality_claim(
+        metric={
+            "name": "quality", "field": "final_val_loss", "method": "ddp", "baseline": "ddp",
+            "optimizer": "dion", "baseline_optimizer": "adamw",
+        },
+        plateau={"change": 0.02, "source": "the rule"},
+    )  # fmt: skip
+
+    def arm(optimizer: str, values: list[float], change: float) -> list[dict]:
+        config = json.dumps({"optimizer": optimizer})
+        return rows(
+            "ddp", values, "final_val_loss", val_change_last_fifth=change, arm=optimizer, arm_config=config,
+            variant=json.dumps({"optimizer": optimizer}),
+        )  # fmt: skip
+
+    steep = evaluate(c, frame(arm("dion", [2.00, 2.01, 2.02], 0.001), arm("adamw", [2.30, 2.31, 2.29], 0.15)))
+    assert steep.verdict == "inconclusive" and "15.0%" in steep.reason
+    flat = evaluate(c, frame(arm("dion", [2.00, 2.01, 2.02], 0.15), arm("adamw", [2.30, 2.31, 2.29], 0.001)))
+    assert flat.verdict == "reproduced"
+
+
 def test_val_change_is_taken_over_the_last_fifth_of_the_steps():
     curve = [{"step": s, "val_loss": v} for s, v in ((10, 4.0), (50, 3.0), (80, 2.5), (90, 2.45), (100, 2.4))]
     assert verdicts_module.val_change_last_fifth(curve) == pytest.approx(0.1 / 2.5)

@@ -106,20 +106,24 @@ def test_methods_are_declared():
     assert {"fl-fsdp", "fl-hsdp", "diloco", "local-sgd"} <= set(methods())
 
 
-def test_estimate_equals_the_measured_run(tmp_path):
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])  # the cards' estimates are bf16 (issue 25)
+def test_estimate_equals_the_measured_run(tmp_path, precision):
     """The estimator check named by the fl-fsdp cards an estimate may decide (claims.yaml: estimator_check):
     bytes, calls, FLOPs and model state (taken with the gradients alive) of FL+FSDP (2 groups of 2, a whole
     period F = 2) equal a measured run's. The split of the peak into gradients and activations is not judged:
     in the measured run it moved between the two from one launch to the next (which step of the period peaks)."""
-    from suite.compare import compare, format_comparison
+    from suite.compare import compare, format_comparison, judging
     from suite.config import RunConfig
     from suite.estimate import estimate
     from suite.estimate.compare import measure_beside
 
-    cfg = RunConfig(method="fl-fsdp", model="llama-tiny", nproc=4, micro_batch=1, seq_len=64, variant={"F": 2, "G": 2})
+    cfg = RunConfig(
+        method="fl-fsdp", model="llama-tiny", nproc=4, micro_batch=1, seq_len=64, precision=precision,
+        variant={"F": 2, "G": 2},
+    )  # fmt: skip
     estimated = estimate(cfg)
     measured = measure_beside(estimated, cfg, "cpu", tmp_path)
     rows = compare(estimated, measured)
-    judged = [r for r in rows if r.quantity not in ("grads", "activations")]
+    judged = [r for field in ("state_bytes_max", "comm_wire_bytes_per_rank_step") for r in judging(field, rows)]
     assert [r for r in judged if r.ok is False] == [], format_comparison(rows)
     assert {r.rank for r in rows if r.quantity == "state_bytes"} == {0, 1, 2, 3}

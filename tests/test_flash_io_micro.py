@@ -1,6 +1,7 @@
 """flash-io's microbenchmark items, IO meter, plan, Nsight Compute wrapper and bench pair."""
 
 import importlib
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -68,7 +69,13 @@ def test_cpu_backends_and_sdpa_item_record():
     for row in rows:
         # causal (the item's default): the formula halves the forward, FlopCounterMode does not; math's
         # backward is 2x forward (no recomputation), so its total is 3 / 3.5 of flash's
-        assert row["time_s_median"] > 0 and row["peak_bytes"] > 0
+        shape = row["shape"]
+        assert row["time_s_median"] == statistics.median(row["time_s"]) and len(row["time_s"]) == 2
+        # the step allocates the output and the three input gradients; math also the N x N attention weights it
+        # saves for the backward and their gradient (the inputs exist before the peak is taken)
+        tensor = shape["batch"] * shape["heads"] * shape["n"] * shape["d"] * 4
+        scores = shape["batch"] * shape["heads"] * shape["n"] ** 2 * 4 if shape["backend"] == "math" else 0
+        assert row["peak_bytes"] >= 4 * tensor + 2 * scores
         assert row["flops"] == 2 * row["extra"]["formula_flops"] * (1 if row["shape"]["backend"] == "flash" else 6 / 7)
     peak = {(r["shape"]["backend"], r["shape"]["n"]): r["peak_bytes"] for r in rows}
     # the math backend materialises N x N scores: 4x the sequence, far more than 4x the memory
