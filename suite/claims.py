@@ -118,12 +118,26 @@ class Sourced:
 
 
 @dataclass(frozen=True)
+class JointBaseline:
+    """Another arm of the same paper table whose absolute value must fit at the same setting (`method`,
+    `variant`: the arm; `value`: the paper's number for it)."""
+
+    method: str
+    variant: dict
+    value: float
+    source: str
+
+
+@dataclass(frozen=True)
 class Calibration:
-    """The baseline's absolute value in the paper; settings that put our baseline within `within` decide."""
+    """The baseline's absolute value in the paper; settings that put our baseline within `within` decide. With
+    `jointly`, a setting decides only where every arm listed there fits too: the cards of one paper table are
+    then judged at one setting, not each at the setting that suits its own baseline."""
 
     value: float
     within: float
     source: str
+    jointly: tuple[JointBaseline, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -430,14 +444,34 @@ def _calibration(e: _Entry) -> Calibration | None:
     spec = e.get("calibrate", dict, None)
     if spec is None:
         return None
-    if set(spec) != {"value", "within", "source"}:
-        raise e.error("calibrate", f"expected {{value, within, source}}, found {_short(sorted(spec, key=str))}")
+    if not {"value", "within", "source"} <= set(spec) <= {"value", "within", "source", "jointly"}:
+        raise e.error(
+            "calibrate", f"expected {{value, within, source[, jointly]}}, found {_short(sorted(spec, key=str))}"
+        )
     value, within = spec["value"], spec["within"]
     if not (_finite(value) and value > 0 and _is_number(within) and 0 < within < 1):
         raise e.error("calibrate", f"a finite value > 0 and 0 < within < 1, found {_short(value)} and {_short(within)}")
     if not e.entry.get("metric", {}).get("baseline"):
         raise e.error("calibrate", "needs a metric with a baseline (its absolute value is what is calibrated)")
-    return Calibration(float(value), float(within), str(spec["source"]))
+    return Calibration(float(value), float(within), str(spec["source"]), _jointly(e, spec.get("jointly") or []))
+
+
+def _jointly(e: _Entry, entries: Any) -> tuple[JointBaseline, ...]:
+    if not isinstance(entries, list):
+        raise e.error("calibrate.jointly", f"a list of {{method, variant, value, source}}, found {_short(entries)}")
+    out = []
+    for j in entries:
+        if not isinstance(j, dict) or not {"method", "value", "source"} <= set(j) <= {
+            "method",
+            "variant",
+            "value",
+            "source",
+        }:
+            raise e.error("calibrate.jointly", f"each entry is {{method, variant, value, source}}, found {_short(j)}")
+        if not (_finite(j["value"]) and j["value"] > 0) or not isinstance(j.get("variant") or {}, dict):
+            raise e.error("calibrate.jointly", f"a value > 0 and a variant mapping, found {_short(j)}")
+        out.append(JointBaseline(str(j["method"]), dict(j.get("variant") or {}), float(j["value"]), str(j["source"])))
+    return tuple(out)
 
 
 def _beside(e: _Entry) -> tuple[Beside, ...]:

@@ -41,18 +41,22 @@ FRAME_FIELDS = (*SUMMARY_FIELDS, "evidence", "device_name", "inter_node", "setti
 SIDE = ("method", "optimizer", "variant", "arm")
 
 
-def metric(name: str, fields: tuple[str, ...] | None = FRAME_FIELDS) -> Callable:
-    """Register a metric; `fields` are the record fields its claims may name (None: any, the metric checks)."""
+def metric(name: str, fields: tuple[str, ...] | None = FRAME_FIELDS, ratio: bool = False) -> Callable:
+    """Register a metric; `fields` are the record fields its claims may name (None: any, the metric checks);
+    `ratio`: its values are method / baseline (the report draws them on the ratio axis)."""
 
     def register(fn: Callable[..., Samples]) -> Callable[..., Samples]:
         METRICS[name] = fn
         METRIC_FIELDS[name] = fields
+        if ratio:
+            RATIOS.add(name)
         return fn
 
     return register
 
 
 METRIC_FIELDS: dict[str, tuple[str, ...] | None] = {}
+RATIOS: set[str] = set()
 
 
 def _arm(
@@ -129,7 +133,7 @@ def _settings(series: pd.Series) -> tuple[str, ...]:
     return tuple(setting for _, setting in series.index)
 
 
-@metric("ratio")
+@metric("ratio", ratio=True)
 def ratio(
     df: pd.DataFrame,
     field: str,

@@ -21,6 +21,7 @@ comparison one arm.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -253,6 +254,13 @@ def evaluate(claim: Claim, df: pd.DataFrame) -> Verdict:
         samples = _one_per_setting(samples)
     samples, setting, note = _calibrated(claim, samples, sweep)
     verdict = _judge(claim, samples)
+    if note.startswith(UNCALIBRATED) and verdict["verdict"] in DECIDED:
+        # a setting the paper's baseline does not fit never decides the card: the value is shown, not judged
+        verdict = {
+            **verdict,
+            "verdict": "inconclusive",
+            "reason": f"{verdict['verdict']} if judged here: {verdict['reason']}",
+        }
     if verdict["verdict"] == "measured, no paper value":  # the word names the evidence that decided
         verdict["verdict"] = f"{kind_of(label)}, no paper value"
     n = _n_seeds(samples) if samples.baseline is None or claim.kind != "quality" else _n_quality(samples)
@@ -406,9 +414,44 @@ def _sweep(claim: Claim, rows: pd.DataFrame, label: str) -> tuple[tuple[str, flo
     if claim.calibrate is None:
         return ()
     m, cal = claim.metric, claim.calibrate
-    base = _baseline_side(claim, rows[rows["evidence"] == label])
-    values = _per_seed(base, m["field"]).groupby(level="setting").mean()
-    return tuple((s, float(b), abs(b / cal.value - 1) <= cal.within) for s, b in values.items())
+    rows = rows[rows["evidence"] == label]
+    values = _setting_means(_baseline_side(claim, rows), m["field"])
+    others = [
+        (j, _setting_means(side(rows, {"method": j.method, "variant": j.variant, "model": m.get("model")}), m["field"]))
+        for j in cal.jointly
+    ]
+
+    def fits(setting: str, value: float) -> bool:
+        return abs(value / cal.value - 1) <= cal.within and all(
+            setting in v and abs(v[setting] / j.value - 1) <= cal.within for j, v in others
+        )
+
+    return tuple((s, float(b), fits(s, b)) for s, b in values.items())
+
+
+def _setting_means(rows: pd.DataFrame, field: str) -> pd.Series:
+    return _per_seed(rows, field).groupby(level="setting").mean()
+
+
+def _alone(claim: Claim, samples: Samples, sweep: tuple[tuple[str, float, bool], ...]) -> str:
+    """What a jointly calibrated card reads at the settings its own baseline fits alone (shown, never judged)."""
+    cal = claim.calibrate
+    own = sorted(s for s, b, _ in sweep if cal.jointly and abs(b / cal.value - 1) <= cal.within)
+    at = [(s, samples.values[np.array(samples.settings) == s]) for s in own]
+    shown = [f"{v.mean():.4g} at {s}" for s, v in at if len(v)]
+    return (
+        f"; at the settings its own baseline fits alone it reads {', '.join(shown)} (shown, not judged)"
+        if shown
+        else ""
+    )
+
+
+def _short_variant(variant: dict) -> str:
+    return f"{json.dumps(variant, sort_keys=True)} " if variant else ""
+
+
+UNCALIBRATED = "; calibration: "  # the note of a card none of whose settings fits its calibration
+DECIDED = ("reproduced", "exceeded", "fell short", "matches the model")
 
 
 def _calibrated(claim: Claim, samples: Samples, sweep: tuple[tuple[str, float, bool], ...]) -> tuple[Samples, str, str]:
@@ -419,6 +462,8 @@ def _calibrated(claim: Claim, samples: Samples, sweep: tuple[tuple[str, float, b
     cal, baseline = claim.calibrate, claim.metric["baseline"]
     fitting = {s for s, _, fits in sweep if fits}
     where = f"within {cal.within:.0%} of the paper's {cal.value:.4g} ({cal.source})"
+    for j in cal.jointly:
+        where += f" and {j.method} {_short_variant(j.variant)}within {cal.within:.0%} of {j.value:.4g} ({j.source})"
     keep = np.array([s in fitting for s in samples.settings])
     if not keep.any():
         if fitting:
@@ -426,8 +471,8 @@ def _calibrated(claim: Claim, samples: Samples, sweep: tuple[tuple[str, float, b
         else:
             closest = min(sweep, key=lambda p: abs(p[1] / cal.value - 1))
             reason = f"none of {len(sweep)} swept settings puts {baseline} {where}"
-            reason += f"; closest {closest[1]:.4g} at {closest[0]}"
-        return samples, ", ".join(settings), f"; calibration: {reason}, so judged at every setting run"
+            reason += f"; closest {closest[1]:.4g} at {closest[0]}" + _alone(claim, samples, sweep)
+        return samples, ", ".join(settings), f"{UNCALIBRATED}{reason}, so no setting run may decide"
     kept = Samples(
         samples.values[keep],
         samples.rows[samples.rows["setting"].isin(fitting)],

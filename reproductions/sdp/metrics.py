@@ -27,7 +27,7 @@ def design_state(path: str) -> float:
     return (shared + largest) / (shared + sum(blocks))
 
 
-@metric("state-vs-design", fields=("state_bytes_max",))
+@metric("state-vs-design", fields=("state_bytes_max",), ratio=True)
 def state_vs_design(
     df: pd.DataFrame,
     field: str,

@@ -22,7 +22,7 @@ from matplotlib.ticker import FuncFormatter
 from matplotlib.transforms import blended_transform_factory
 
 from suite.claims import Claim
-from suite.metrics import side
+from suite.metrics import RATIOS, side
 from suite.report.figures import Chart, chart, figure, margins, safe, text_inches, wrap
 from suite.verdicts import VERDICTS, Verdict
 
@@ -58,7 +58,7 @@ def counts(verdicts: list[tuple[Claim, Verdict]]) -> list[tuple[str, int]]:
 
 
 def on_ratio_axis(claim: Claim) -> bool:
-    return claim.metric.get("name") == "ratio"
+    return claim.metric.get("name") in RATIOS
 
 
 def _values(frame: pd.DataFrame, run_ids: tuple[str, ...], field: str | None) -> pd.DataFrame:
