@@ -234,6 +234,17 @@ claims:
 HOSTILE = "<script>alert(1)</script>"
 
 
+def toy_reproduction(folder: Path) -> Path:
+    """A reproduction named toy with SDP_CLAIMS_YAML's cards in `folder` (point SUITE_REPRODUCTIONS at it)."""
+    folder.mkdir()
+    (folder / "claims.yaml").write_text(SDP_CLAIMS_YAML)
+    (folder / "__init__.py").write_text(
+        "from pathlib import Path\nfrom suite.extensions import Reproduction\n"
+        "REPRODUCTION = Reproduction('toy', 'test', claims=Path(__file__).with_name('claims.yaml'))\n"
+    )
+    return folder
+
+
 def hostile_record() -> dict:
     """A valid record whose strings try to break out of HTML (method, model, evals key) and out of mathtext."""
     return make_record(

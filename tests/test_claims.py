@@ -17,7 +17,7 @@ from suite import claims as claims_module
 from suite import verdicts as verdicts_module
 from suite.claims import ClaimsError, load_claims
 from suite.verdicts import claim_frame, evaluate
-from tests.report_fixtures import SDP_CLAIMS_YAML, make_record
+from tests.report_fixtures import SDP_CLAIMS_YAML, make_record, toy_reproduction
 
 
 @lru_cache(maxsize=1)
@@ -574,12 +574,7 @@ def test_verdicts_command_prints_a_table_and_json(tmp_path, capsys, monkeypatch)
     from tests.report_fixtures import write_records
 
     folder = tmp_path / "toy_verdicts"
-    folder.mkdir()
-    (folder / "claims.yaml").write_text(SDP_CLAIMS_YAML)
-    (folder / "__init__.py").write_text(
-        "from pathlib import Path\nfrom suite.extensions import Reproduction\n"
-        "REPRODUCTION = Reproduction('toy', 'test', claims=Path(__file__).with_name('claims.yaml'))\n"
-    )
+    toy_reproduction(folder)
     monkeypatch.setenv("SUITE_REPRODUCTIONS", str(folder))
     records = [make_record("ddp", s, reproduction="toy", protocol="flops") for s in range(2)]
     records += [

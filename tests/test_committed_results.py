@@ -17,7 +17,7 @@ from suite.records import load_records
 ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = sorted(p.name for p in (ROOT / "results").glob("*-smoke") if p.is_dir())
 # Folders known to mix commits or come from a dirty tree, each until it is regenerated (then remove it here)
-KNOWN_MIXED = {"dion-smoke", "fl-fsdp-smoke", "baselines-smoke"}
+KNOWN_MIXED: set[str] = set()
 
 
 def _origin(records: list[dict]) -> str:

@@ -16,7 +16,7 @@ from suite.metrics import METRICS
 from suite.records import load_records
 from suite.report import glance
 from suite.verdicts import claim_frame, evaluate, judge_all, verdict_rows
-from tests.report_fixtures import SDP_CLAIMS_YAML, make_record, write_records
+from tests.report_fixtures import SDP_CLAIMS_YAML, make_record, toy_reproduction, write_records
 from tests.test_claims import RATIO, claim, frame, rows
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -223,12 +223,7 @@ def test_a_card_of_records_from_two_commits_says_so(tmp_path, capsys, monkeypatc
     from suite.cli import main
 
     folder = tmp_path / "toy_commits"
-    folder.mkdir()
-    (folder / "claims.yaml").write_text(SDP_CLAIMS_YAML)
-    (folder / "__init__.py").write_text(
-        "from pathlib import Path\nfrom suite.extensions import Reproduction\n"
-        "REPRODUCTION = Reproduction('toy', 'test', claims=Path(__file__).with_name('claims.yaml'))\n"
-    )
+    toy_reproduction(folder)
     monkeypatch.setenv("SUITE_REPRODUCTIONS", str(folder))
     records = _two_commits()
     for r in records:
