@@ -270,7 +270,7 @@ def cmd_report(args: argparse.Namespace, argv: list[str]) -> int:
 def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
     from suite.extensions import get_reproduction
     from suite.plans import load_plan
-    from suite.reproduce import Interrupted, run_plan, table, write_summary
+    from suite.reproduce import Interrupted, run_plan, table, verdict_summary, write_summary
     from suite.timing import PlanTimer, render
 
     timer = PlanTimer()
@@ -319,7 +319,8 @@ def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
         )
         print(render(timer.breakdown()), file=sys.stderr)
         return 128 + err.signum
-    print(table(records))
+    summary = f"{table(records)}\n\n{verdict_summary(records)}"
+    print(summary)
     report = Path(args.report or f"reports/{args.name}")
     with timer.item("report"):
         try:
@@ -330,7 +331,7 @@ def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
             print(f"report not written: {err}", file=sys.stderr)
         if (own := get_reproduction(args.name).report) is not None:
             print(own(results, report))
-    print(write_summary(results, table(records), timer))
+    print(write_summary(results, summary, timer))
     return 0 if not missing and all(r["status"] in FINISHED for r in records) else 1
 
 

@@ -33,7 +33,7 @@ import os
 import shlex
 import signal
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
@@ -42,6 +42,7 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 from suite import config
 from suite.atomic import atomic_write
 from suite.checkpoint import CheckpointError, latest, resumable_config, run_folder
+from suite.claims import ClaimsError, claims_for
 from suite.config import RunConfig, command_line
 from suite.launch import close_record, launch
 from suite.lock import one_writer
@@ -51,8 +52,9 @@ from suite.plans import Estimate, Plan
 from suite.recorder import failed_record, new_run_id, repository_path
 from suite.records import FINISHED, load_records, read_record, summary_row, write_record
 from suite.timing import PlanTimer, render
+from suite.verdicts import VERDICTS, evidence_label, judge_all
 
-MB = 1e6
+MiB = 2**20
 SUMMARY = "plan-summary.txt"  # beside the records: the table and the time breakdown of the plan's last run
 # flags whose value is the folder a command wrote into (left out of the key, as are how a run was kept
 # alive: config.OPERATIONAL_FLAGS and `--set` of an operational field)
@@ -444,40 +446,91 @@ def _projections(est: Estimate, record: dict, folder: Folder, progress: str) -> 
 
 
 def write_summary(results: Path, runs: str, timer: PlanTimer) -> str:
-    """The plan's summary (its table, then where its time went) in `results`/plan-summary.txt; returns the
-    breakdown as printed."""
+    """The plan's summary (its table and verdicts, then where its time went) in `results`/plan-summary.txt;
+    returns the breakdown as printed."""
     text = f"where the plan's time went (wall seconds; suite/timing.py)\n{render(timer.breakdown())}"
     atomic_write(Path(results) / SUMMARY, lambda f: f.write(f"{runs}\n\n{text}\n"))
     return text
 
 
-def _label(rec: dict) -> str:
-    """method, its parameters and its composition options: `b-sdp C=0.5+ac`."""
-    v = dict(rec["variant"])
-    extras = [
-        x for x, on in (("ac", v.pop("ac", False)), (v.get("precision"), v.pop("precision", "fp32") != "fp32")) if on
-    ]
-    params = " ".join(f"{k}={val}" for k, val in sorted(v.items()))
-    return "+".join([" ".join(filter(None, [rec["method"], params])), *extras])
+# what each kind of evidence's block of the table shows, and what its numbers are (suite.verdicts.EVIDENCE)
+KINDS = {
+    "measured (gpu)": "runs measured on GPUs",
+    "measured (cpu)": "runs measured on CPUs",
+    "counted": "exact counts of instrumented algorithms",
+    "estimated": "one step per rank on fake tensors (memory and bytes; no time, no loss)",
+    "simulated": "suite/sim's projections of the estimates onto a cluster (time projected, not measured)",
+}
+
+
+def _fmt(value: float | None, scale: float = 1.0, spec: str = ".1f") -> str:
+    return "-" if value is None else format(value / scale, spec)
+
+
+# the columns of each block: (header, what a summary row shows there); estimates have no time or loss to show
+# and projections only time, so neither shows a number a reader could take for a measurement
+_SHARED = (("workers", lambda row: str(row["world_size"])),)
+_MEMORY = (
+    ("peak MiB/rank", lambda row: _fmt(row["peak_bytes_max"], MiB)),
+    ("state MiB/rank", lambda row: _fmt(row["state_bytes_max"], MiB)),
+    ("comm MiB/step/rank", lambda row: _fmt(row["comm_bytes_per_rank_step"], MiB, ".2f")),
+)
+_MEASURED = (
+    ("seed", lambda row: str(row["seed"])),
+    *_SHARED,
+    ("tokens/s", lambda row: _fmt(row["tokens_per_s"], spec=",.0f")),
+    ("CPU s/step", lambda row: _fmt(row["cpu_step_s_median"], spec=".3g")),
+    *_MEMORY,
+    ("final val loss", lambda row: _fmt(row["final_val_loss"], spec=".4f")),
+)
+COLUMNS = {
+    "estimated": (*_SHARED, *_MEMORY),
+    "simulated": (*_SHARED, ("projected tokens/s", lambda row: _fmt(row["tokens_per_s"], spec=",.0f"))),
+}
 
 
 def table(records: list[dict]) -> str:
-    """tokens/s, peak memory per rank, bytes per step per rank and final loss, one row per run."""
-    header = (
-        f"{'run':<36} {'workers':>7} {'tokens/s':>9} {'peak MB/rank':>12} {'state MB/rank':>13} "
-        f"{'comm MB/step/rank':>17} {'final val loss':>14} {'status':>9}"
-    )
-    lines = [header, "-" * len(header)]
-    for rec in records:
-        row = summary_row(rec)
+    """The plan's runs, one block per kind of evidence (measured, counted, estimated, simulated: never mixed),
+    one row per record, named by its arm's label as the report names it (what varies among the plan's arms)."""
+    from suite.report.arms import arms, key
 
-        def fmt(value, scale=1.0, spec=".1f"):
-            return "-" if value is None else format(value / scale, spec)
+    labels = {k: a.label for k, a in arms(records).items()} if records else {}
+    blocks = []
+    for kind, what in KINDS.items():
+        mine = [r for r in records if evidence_label(r["provenance"], r["env"]["device"]) == kind]
+        if mine:
+            rows = [(labels[key(r)], summary_row(r)) for r in mine]
+            blocks.append(_block(f"{kind}, {len(mine)} record{'s' * (len(mine) != 1)}: {what}", kind, rows))
+    return "\n\n".join(blocks)
 
-        lines.append(
-            f"{_label(rec):<36} {row['world_size']:>7} {fmt(row['tokens_per_s'], spec=',.0f'):>9} "
-            f"{fmt(row['peak_bytes_max'], MB):>12} {fmt(row['state_bytes_max'], MB):>13} "
-            f"{fmt(row['comm_bytes_per_rank_step'], MB, '.2f'):>17} "
-            f"{fmt(row['final_val_loss'], spec='.4f'):>14} {rec['status']:>9}"
+
+def _block(title: str, kind: str, rows: list[tuple[str, dict]]) -> str:
+    columns = (("evidence", lambda _: kind), *COLUMNS.get(kind, _MEASURED), ("status", lambda row: row["status"]))
+    cells = [[label, *(show(row) for _, show in columns)] for label, row in rows]
+    head = ["arm", *(name for name, _ in columns)]
+    widths = [max(len(line[i]) for line in (head, *cells)) for i in range(len(head))]
+
+    def line(words: list[str]) -> str:  # label and evidence left, the numbers right, each column its widest
+        return "  ".join(
+            [*(w.ljust(n) for w, n in zip(words[:2], widths)), *(w.rjust(n) for w, n in zip(words[2:], widths[2:]))]
         )
+
+    header = line(head)
+    return "\n".join([title, header, "-" * len(header), *(line(c) for c in cells)])
+
+
+def verdict_summary(records: list[dict]) -> str:
+    """How many claims of the plan's reproductions got each verdict word (`suite verdicts` shows each claim)."""
+    by_reproduction: dict[str, list[dict]] = defaultdict(list)
+    for record in records:
+        by_reproduction[record.get("reproduction") or ""].append(record)
+    lines = []
+    for name, mine in sorted(by_reproduction.items()):
+        try:
+            words = Counter(v.verdict for _, v in judge_all(claims_for(name), mine))
+        except ClaimsError as err:
+            lines.append(f"verdicts of {name}: not evaluated: {err}")
+            continue
+        counts = ", ".join(f"{word} {words[word]}" for word in VERDICTS if words[word]) or "no claims"
+        lines.append(f"verdicts of {name}: {counts} (python -m suite verdicts RESULTS shows each claim)")
     return "\n".join(lines)

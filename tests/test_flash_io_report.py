@@ -12,6 +12,8 @@ from suite.claims import load_claims
 from suite.metrics import METRICS
 from suite.micro import Microbench, micro_record
 from suite.records import load_records, write_record
+from suite.report import glance
+from suite.report.pages import Reproduction, claim_rows
 from suite.verdicts import claim_frame, judge_all
 
 CLAIMS = Path(report.__file__).with_name("claims.yaml")
@@ -153,3 +155,20 @@ def test_runtime_card_is_judged_on_an_a100_and_other_hardware_only_shown(results
     runtime = _verdicts(on_gpu)["flash-io-runtime"]
     assert (runtime.measured is not None) == judged
     assert runtime.shown[0].evidence == "measured (gpu)" and "FlashAttention-2" in runtime.shown[0].label
+
+
+def test_the_glance_draws_every_microbenchmark_claim_and_gives_its_numbers(results):
+    """Microbenchmark claims keep their numbers in their records' rows, not in the claim frame: the glance
+    draws the verdict's value (a panel each) and the runtime ratio shown beside (the ratio axis)."""
+    records, _ = load_records(results)
+    verdicts = judge_all(load_claims(CLAIMS), records)
+    ratio, panels = glance.summary(verdicts, claim_frame(records))
+    assert "no value on this axis" not in ratio.svg and "flash-io-runtime" in ratio.svg
+    for claim_id in ("flash-io-hbm-bytes", "flash-io-memory-linear", "flash-io-exact"):
+        assert claim_id in panels.svg
+    page = Reproduction("flash-io", records, verdicts, None, "")
+    rows = {r[0].text: [c.text for c in r] for r in claim_rows(page, "").rows}
+    hbm = rows["flash-io-hbm-bytes"]
+    assert hbm[2].startswith("4.4 GB") and hbm[3].endswith("GB (FlashAttention HBM reads + writes, all heads) (1 seed)")
+    assert rows["flash-io-runtime"][3].endswith("x (standard time / FlashAttention time) beside, not judged)")
+    assert hbm[4] == "lower ↓" and "beyond, on the better side of, the band [4.35, 4.45]" in hbm[6]  # tiny shapes

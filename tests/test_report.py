@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from suite.claims import load_claims
+from suite.records import load_records
 from suite.report import build_report, build_report_for
 from suite.report.arms import arms
 from tests.report_fixtures import HOSTILE, SDP_CLAIMS_YAML, built_study, make_record
@@ -155,7 +156,8 @@ def test_claims_come_first_then_what_was_run_then_measurements(site):
     html = page_of(site, "reproductions", "sdp-").read_text()
     order = ['id="claims-at-a-glance"', 'id="claim-sdp-memory"', 'id="what-was-run"', 'id="measurements"']
     assert [html.index(marker) for marker in order] == sorted(html.index(marker) for marker in order)
-    glance = html[html.index('id="claims-at-a-glance"') : html.index("</section>")]
+    start = html.index('id="claims-at-a-glance"')
+    glance = html[start : html.index("</section>", start)]
     for word, n in [("reproduced", 2), ("not testable here", 1)]:
         assert re.search(rf">{word}</span> {n}</span>", glance), word
     assert "Claims at a glance: ratio claims" in glance and "every seed" in glance
@@ -354,3 +356,93 @@ def test_distinct_configurations_never_share_a_label(configs):
     assert len(set(labels)) == len(page) == len({json.dumps([m, v, w], sort_keys=True) for m, v, w in configs})
     assert all(len(label) <= 40 for label in labels)
     assert len({a.colour for a in page.values()}) == len(page)
+
+
+def _section(html: str, marker: str) -> str:
+    start = html.index(marker)
+    return html[start : html.index("</section>", start)]
+
+
+def _row(table: str, claim_id: str) -> str:
+    row = table[table.index(f">{claim_id}</a>") :]
+    return htmllib.unescape(re.sub(r"<[^>]+>", " ", row[: row.index("</tr>")]))
+
+
+def test_each_glance_row_gives_the_claim_numbers_units_direction_verdict_and_why(site):
+    glance = _section(page_of(site, "reproductions", "sdp-").read_text(), 'id="claims-at-a-glance"')
+    assert glance.index('class="sortable claims"') < glance.index("<svg")  # the numbers first, as text
+    header = re.findall(r"<th>([^<]*)</th>", glance[: glance.index("</thead>")])
+    assert header == ["claim", "in plain words", "paper", "ours", "better", "verdict", "why"]
+    memory = _row(glance, "sdp-memory")
+    for text in ["lowers peak memory", "0.6 x DDP peak bytes", "x DDP peak bytes (3 seeds)", "lower ↓", "reproduced"]:
+        assert text in memory, text
+    assert re.search(r"\[0\.\d+, 0\.\d+\] inside the band \[0\.5, 0\.7\]", memory)  # the seeds' interval
+    quality = _row(glance, "sdp-quality")
+    assert "against 2." in quality and "validation loss" in quality  # ours against the baseline's mean
+    untestable = _row(glance, "sdp-inter-node")
+    assert "not testable here" in untestable and "needs cuda, network, world_size>=8" in untestable
+    index = (site / "index.html").read_text()
+    assert "in plain words" in _section(index, 'id="repro-sdp"')
+
+
+def test_a_check_of_the_suites_own_formula_is_marked_as_such(tmp_path):
+    derived = SDP_CLAIMS_YAML.replace("source_status: unverified", "source_status: derived, not a paper number", 1)
+    (tmp_path / "claims.yaml").write_text(derived)
+    records = [make_record("ddp", s, reproduction="sdp", protocol="flops") for s in range(3)]
+    records += [
+        make_record("b-sdp", s, reproduction="sdp", protocol="flops", variant={"C": 0.5}, memory_scale=0.5)
+        for s in range(3)
+    ]
+    build_report_for(records, [], tmp_path / "site", {"sdp": load_claims(tmp_path / "claims.yaml")})
+    html = page_of(tmp_path / "site", "reproductions", "sdp-").read_text()
+    assert "0.6 x DDP peak bytes (our formula, not the paper's)" in _row(html, "sdp-memory")
+    start = html.index('id="claim-sdp-memory"')
+    card = html[start - 40 : html.index("</article>", start)]
+    assert 'class="card derived"' in card and "A check of the suite's own formula" in card
+    assert "matches the model" in card
+
+
+def test_brief_reasons_and_plain_words_keep_clauses_and_drop_asides():
+    from suite.report.glance import brief, plain_words
+
+    assert brief("0.5 inside the band [0.4, 0.6]; lower is better (estimated, not a measurement; checked by x)") == (
+        "0.5 inside the band [0.4, 0.6]"
+    )
+    assert brief("runs too short: it changed by 8%; the claim needs 2% (a rule (issue 12))") == (
+        "runs too short: it changed by 8%; the claim needs 2%"
+    )
+    cut = brief("needs cuda; " + "word " * 60)  # the clause that does not fit is cut where there is room
+    assert cut.startswith("needs cuda; word word") and cut.endswith(" …") and len(cut) <= 160
+    assert brief("a" * 130 + "; " + "b " * 40) == "a" * 130  # and left out where there is none
+    assert brief("x" * 200).endswith("x …") and len(brief("x" * 200)) <= 160
+    assert brief("unbalanced (aside; still one line") == "unbalanced (aside; still one line"
+    assert plain_words("B-SDP lowers memory (8 workers; bf16); here the count of ...") == (
+        "B-SDP lowers memory (8 workers; bf16)"
+    )
+    assert plain_words("word " * 60).endswith(" …") and len(plain_words("word " * 60)) <= 160
+
+
+def test_numbers_per_arm_open_the_page_with_seeds_pooled_and_kinds_apart(site):
+    html = page_of(site, "reproductions", "sdp-").read_text()
+    numbers = _section(html, 'id="numbers"')
+    assert html.index('id="numbers"') < html.index('id="claims-at-a-glance"')
+    measured = numbers[numbers.index('id="numbers-measured-cpu"') : numbers.index('id="numbers-estimated"')]
+    estimated = numbers[numbers.index('id="numbers-estimated"') :]
+    header = re.findall(r"<th>([^<]*)</th>", measured)
+    assert header == [
+        "arm",
+        "seeds",
+        "tokens/s",
+        "peak GiB/rank",
+        "model state GiB/rank",
+        "bytes/step/rank",
+        "final val loss",
+    ]  # no CPU time nor MFU in these records: columns no arm has are left out
+    ddp = [r for r in load_records(built_study()[0])[0] if r["reproduction"] == "sdp" and r["method"] == "ddp"]
+    mean = sum(r["throughput"]["tokens_per_s"] for r in ddp) / len(ddp)
+    peak = max(m["peak_bytes"] for m in ddp[0]["memory"]["per_rank"]) / 2**30
+    (ddp_row,) = [r for r in re.findall(r"<tr>(.*?)</tr>", measured, re.S) if "</span>ddp</td>" in r]
+    cells = [htmllib.unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<td.*?</td>", ddp_row, re.S)]
+    assert cells[:4] == ["ddp", "3", f"{mean:,.0f}", f"{peak:.3g}"]
+    assert "b-sdp C=0.5 n8" not in measured and "b-sdp C=0.5 n8" in estimated
+    assert "tokens/s" not in estimated and "final val loss" not in estimated and "peak GiB/rank" in estimated

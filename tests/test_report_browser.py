@@ -4,7 +4,9 @@ A probe script is put first in <head> of a copy of each page (before the page's 
 Policy, which would refuse it later in the document). It records script errors, console errors,
 refused resources, failed images and alert() calls into attributes of <html>, which --dump-dom
 prints once the page has loaded. It also measures every text of every figure as laid out: longer than
-40 characters, ending cut ("…"), reaching outside its figure or overlapping another text is a problem.
+40 characters, ending cut ("…"), reaching outside its figure or overlapping another text is a problem; a page
+wider than the window, a glance or numbers table wider than its column, or a glance row without its paper
+value, our value, direction, verdict and reason is one too.
 Screenshots of the index and of a reproduction page are written for a person to look at.
 """
 
@@ -83,6 +85,19 @@ PROBE = """<script>
       table.tHead.rows[0].cells[column].click();
       root.setAttribute("data-descending", seeds());
     }
+    var wide = [], doc = document.documentElement;
+    if (doc.scrollWidth > window.innerWidth + 1) wide.push("page: " + doc.scrollWidth + " > " + window.innerWidth);
+    Array.prototype.forEach.call(document.querySelectorAll("table.claims, table.numbers"), function (t) {
+      if (t.scrollWidth > t.parentElement.clientWidth + 1) wide.push(t.className + ": " + t.scrollWidth + " > " + t.parentElement.clientWidth);
+    });
+    root.setAttribute("data-wide", JSON.stringify(wide));
+    var bare = [];
+    Array.prototype.forEach.call(document.querySelectorAll("table.claims tbody tr"), function (r) {
+      var cells = Array.prototype.map.call(r.cells, function (c) { return c.textContent.trim(); });
+      // paper, ours (a dash where nothing ran), better, verdict and why: each says something
+      if (cells.length !== 7 || cells.slice(2).some(function (c) { return !c; })) bare.push(cells.join(" | "));
+    });
+    root.setAttribute("data-bare", JSON.stringify(bare));
     root.setAttribute("data-problems", JSON.stringify(problems));
     root.setAttribute("data-probed", "yes");
   });
@@ -160,6 +175,8 @@ def assert_reads_well(state: dict[str, str]) -> None:
     assert json.loads(state.get("problems", "[]")) == []
     assert json.loads(state.get("texts", "[]")) == []
     assert state["loaded"] == state["images"]
+    assert json.loads(state["wide"]) == [], "wider than the window"
+    assert json.loads(state["bare"]) == [], "glance rows without their numbers or reason"
 
 
 @pytest.mark.parametrize("page", ["index", "sdp", "harness", "run"])

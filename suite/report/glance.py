@@ -3,7 +3,9 @@
 Ratio claims share one log axis: the paper's value (a black tick) inside its band (grey), our value with
 what was judged against the band (the seeds' interval or the range over settings), and values shown beside
 the verdict (projections, other settings) in grey. Other claims (quality, absolute values) get a small panel
-each with every seed of the method and of the baseline. The marker tells measured (circle), estimated
+each with every seed of the method and of the baseline; a microbenchmark's claim, whose numbers are rows of its
+record rather than fields of the claim frame, shows the verdict's value alone. The glance table beside the
+figures carries each claim's numbers as text (pages.glance_rows). The marker tells measured (circle), estimated
 (diamond) and projected (simulated: triangle) apart; the colour is the verdict, which is also written out.
 Seed values are read from the records the verdict names (Verdict.run_ids), through suite.verdicts.claim_frame.
 """
@@ -58,7 +60,65 @@ def counts(verdicts: list[tuple[Claim, Verdict]]) -> list[tuple[str, int]]:
 
 
 def on_ratio_axis(claim: Claim) -> bool:
-    return claim.metric.get("name") in RATIOS
+    """A ratio metric's claims, and a microbenchmark claim divided by its `over` side (flash-io's metric)."""
+    return claim.metric.get("name") in RATIOS or bool(claim.metric.get("over"))
+
+
+def _clauses(text: str) -> list[str]:
+    """`text` split at "; " outside parentheses, each clause without its parenthesised asides (an aside is
+    detail a card keeps: sources, what an estimate leaves out). Unbalanced parentheses keep the text whole."""
+    clauses, current, depth = [], "", 0
+    for i, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if depth < 0:
+            return [text]
+        if depth == 0 and text.startswith("; ", i):
+            clauses.append(current)
+            current = ""
+        elif depth == 0 and ch != ")" and not (ch == " " and text.startswith(" (", i)):
+            current += ch
+    if depth:
+        return [text]
+    return [c.strip() for c in [*clauses, current] if c.strip()]
+
+
+def _cut(text: str, limit: int) -> str:
+    """`text` in `limit` characters: cut at the last word that fits (or inside a word longer than that)."""
+    if len(text) <= limit:
+        return text
+    space = text.rfind(" ", 0, limit - 1)
+    return text[: space if space > 0 else limit - 2].rstrip(",;:") + " …"
+
+
+def plain_words(statement: str, limit: int = 160) -> str:
+    """The claim as the paper makes it: a statement's first clause ("...; here the count of ..." follows)."""
+    return _cut(_first_clause(statement), limit)
+
+
+def _first_clause(statement: str) -> str:
+    depth = 0
+    for i, ch in enumerate(statement):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and statement.startswith("; ", i):
+            return statement[:i]
+    return statement
+
+
+def brief(reason: str, limit: int = 160) -> str:
+    """A verdict's reason in one line: its clauses without asides, while they fit in `limit` characters, the
+    first that does not cut where there is room for its start (why a value is not judged comes second: "...
+    if judged here: ...; calibration: none of ..."); the direction ("lower is better") is left out, a glance
+    row has a column for it."""
+    kept: list[str] = []
+    for clause in _clauses(reason):
+        if clause in ("lower is better", "higher is better"):
+            continue
+        room = limit - len("; ".join(kept)) - 2 * bool(kept)
+        if kept and len(clause) > room:
+            kept += [_cut(clause, room)] if room >= 40 else []
+            break
+        kept.append(clause)
+    return _cut("; ".join(kept), limit)
 
 
 def _values(frame: pd.DataFrame, run_ids: tuple[str, ...], field: str | None) -> pd.DataFrame:
@@ -104,7 +164,11 @@ def _side_label(config: dict, configs: list[dict]) -> str:
 
 
 def _has_panel(claim: Claim, verdict: Verdict, frame: pd.DataFrame) -> bool:
-    return not on_ratio_axis(claim) and not _values(frame, verdict.run_ids, claim.metric.get("field")).empty
+    """Claims off the ratio axis with seed values, or with only the verdict's value (a microbenchmark's
+    numbers are rows of its record, not fields of the claim frame)."""
+    if on_ratio_axis(claim):
+        return False
+    return verdict.measured is not None or not _values(frame, verdict.run_ids, claim.metric.get("field")).empty
 
 
 def summary(verdicts: list[tuple[Claim, Verdict]], frame: pd.DataFrame) -> list[Chart]:
@@ -287,6 +351,8 @@ def panel_chart(panels: list[tuple[Claim, Verdict]], frame: pd.DataFrame) -> Cha
 def _panel(ax, claim: Claim, verdict: Verdict, frame: pd.DataFrame) -> list[str]:
     rows = _values(frame, verdict.run_ids, claim.metric.get("field"))
     arms = [(safe(label, 28), values) for label, values in _sides(claim, rows)]
+    if rows.empty:  # the verdict's one value: a microbenchmark's number (module docstring)
+        arms = [(safe(claim.metric.get("method", "ours"), 28), pd.Series([verdict.measured]))]
     colour = COLOURS[verdict.verdict]
     for y, (_, values) in enumerate(arms):
         method_arm = y == 0

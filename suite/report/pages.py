@@ -17,7 +17,7 @@ from suite.report import figures, frames, glance, tables
 from suite.report.estimates import estimates_beside, unmeasured_table
 from suite.report.figures import Chart
 from suite.report.tables import Cell, Table, fmt_bytes, fmt_number
-from suite.verdicts import EVIDENCE, Verdict, claim_frame, evidence_label, origin
+from suite.verdicts import EVIDENCE, PROJECTED_FIELDS, Verdict, claim_frame, evidence_label, origin
 
 
 @dataclass
@@ -59,24 +59,36 @@ class Reproduction:
 
 
 def claim_rows(repro: Reproduction, claim_href: str) -> Table:
-    """The claims of one reproduction with their verdicts, linking to the cards at `claim_href`."""
-    table = Table(["claim", "statement", "verdict", "measured", "paper", "seeds"], css="claims")
+    """Claims at a glance as text, linking to the cards at `claim_href`: each claim in plain words, the paper's
+    value and ours with their units, which direction is better, the verdict and its reason in one line."""
+    table = Table(["claim", "in plain words", "paper", "ours", "better", "verdict", "why"], css="claims")
     for claim, verdict in repro.verdicts:
         table.rows.append(
             [
                 Cell(claim.id, claim.id, f"{claim_href}#claim-{css_token(claim.id)}"),
-                tables.text(claim.statement),
-                Cell(verdict.verdict, verdict.verdict, badge=verdict.verdict),
+                tables.text(glance.plain_words(claim.statement)),
+                tables.text(_paper(claim)),
                 Cell(
-                    _measured(verdict, claim.unit),
+                    _ours(verdict, claim.unit),
                     "" if verdict.measured is None else verdict.measured,
                     badge=verdict.provenance,
                 ),
-                tables.text(_paper(claim)),
-                tables.number(verdict.n_seeds),
+                tables.text(f"{claim.better} {'↓' if claim.better == 'lower' else '↑'}"),
+                Cell(verdict.verdict, verdict.verdict, badge=verdict.verdict),
+                tables.text(glance.brief(verdict.reason)),
             ]
         )
     return table
+
+
+def _ours(verdict: Verdict, unit: str) -> str:
+    """Our value, with the baseline's mean where a quality test compared two arms; where nothing decided, the
+    first value shown beside (another device's runtime ratio), said to be not judged."""
+    if verdict.measured is None and verdict.shown:
+        return f"— ({fmt_number(verdict.shown[0].value)} {unit} beside, not judged)"
+    if verdict.baseline is None:
+        return _measured(verdict, unit)
+    return f"{_measured(verdict, unit)} against {fmt_number(verdict.baseline)}"
 
 
 def index_context(repros: list[Reproduction], skipped: list[tuple[str, str]], n_records: int) -> dict:
@@ -124,6 +136,7 @@ def reproduction_context(repro: Reproduction, run_hrefs: dict[int, str], records
         "claims_error": repro.claims_error,
         "counts": repro.counts,
         "origin": origin_badge(repro.origin),
+        "numbers": arm_numbers(repro),
         "glance": repro.glance,
         "claims": claim_rows(repro, ""),
         "cards": [_card(c, v, by_id, repro, labels) for c, v in repro.verdicts],
@@ -133,6 +146,34 @@ def reproduction_context(repro: Reproduction, run_hrefs: dict[int, str], records
         "unmeasured": unmeasured_table(repro.records, records, run_hrefs, repro.label),
         "environment": tables.env_table(repro.records),
     }
+
+
+def arm_numbers(repro: Reproduction) -> list[tuple[str, Table]]:
+    """Per kind of evidence, each arm's absolute numbers over its complete runs (tables.NUMBERS), never pooled
+    across kinds (_numbers_of). Kinds whose records have none of these numbers (microbenchmarks keep theirs
+    per shape, on their run pages) have no table."""
+    order = {key: i for i, key in enumerate(repro.arms)}
+    done = sorted((r for r in repro.records if r["status"] == "complete"), key=lambda r: order[armlib.key(r)])
+    out = []
+    for label in EVIDENCE:
+        subset = [r for r in done if _label(r) == label]
+        if not subset:
+            continue
+        table = tables.numbers_table(subset, [repro.label(r) for r in subset], repro.colours, _numbers_of(label))
+        if table.rows:
+            out.append((label, table))
+    return out
+
+
+UNTIMED = ("tokens_per_s", "cpu_step_s_median", "mfu", "final_val_loss")  # what fake tensors cannot measure
+
+
+def _numbers_of(label: str) -> tuple[str, ...]:
+    """The NUMBERS a kind of evidence has: an estimate no time and no loss, a projection its time only."""
+    fields = tuple(f for _, f, _ in tables.NUMBERS)
+    if label == "estimated":
+        return tuple(f for f in fields if f not in UNTIMED)
+    return tuple(f for f in fields if f in PROJECTED_FIELDS) if label == "simulated" else fields
 
 
 def arm_table(repro: Reproduction) -> Table:
@@ -188,6 +229,7 @@ def _card(claim: Claim, verdict: Verdict, run_hrefs: dict[str, str], repro: Repr
         "source": str(claim.source),
         "status": claim.source_status,
         "status_css": "status-unverified" if "unverified" in claim.source_status else "status-other",
+        "derived": claim.derived,
         "measured": _measured(verdict, claim.unit),
         "baseline": None if verdict.baseline is None else f"{fmt_number(verdict.baseline)} {claim.unit}".strip(),
         "band": verdict.band,
@@ -213,8 +255,16 @@ def _card(claim: Claim, verdict: Verdict, run_hrefs: dict[str, str], repro: Repr
 
 
 def _paper(claim: Claim) -> str:
+    """The paper's value with its unit; a value the suite derived itself says so (Claim.derived): the card
+    checks our formula, not the paper."""
     if claim.paper_value is None:
         return "no paper value"
+    if claim.derived:
+        return f"{_paper_value(claim)} (our formula, not the paper's)"
+    return _paper_value(claim)
+
+
+def _paper_value(claim: Claim) -> str:
     value = claim.paper_value
     if isinstance(value, tuple):
         value = f"{fmt_number(value[0])} to {fmt_number(value[1])}"

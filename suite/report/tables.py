@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from suite.records import to_dataframe
 from suite.report.arms import batch_settings
 from suite.verdicts import evidence_label
 
@@ -128,6 +129,42 @@ def runs_table(records: list[dict], rows: pd.DataFrame, hrefs: list[str], labels
                 number(row["final_train_loss"]),
                 number(row["final_val_loss"]),
             ]
+        )
+    return table
+
+
+def _gib(value: Any) -> str:
+    return "—" if missing(value) else f"{value / 2**30:.3g}"
+
+
+# the absolute numbers of each arm at the top of a reproduction page: (column, summary row field, format)
+NUMBERS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+    ("tokens/s", "tokens_per_s", lambda v: "—" if missing(v) else f"{v:,.0f}"),
+    ("CPU s/step", "cpu_step_s_median", lambda v: "—" if missing(v) else f"{v:.3g}"),
+    ("peak GiB/rank", "peak_bytes_max", _gib),
+    ("model state GiB/rank", "state_bytes_max", _gib),
+    ("bytes/step/rank", "comm_bytes_per_rank_step", fmt_bytes),
+    ("final val loss", "final_val_loss", lambda v: "—" if missing(v) else f"{v:.4f}"),
+    ("MFU", "mfu", lambda v: "—" if missing(v) else f"{v:.1%}"),
+)
+
+
+def numbers_table(records: list[dict], labels: list[str], colours: dict[str, str], fields: tuple[str, ...]) -> Table:
+    """One row per arm of these records (one kind of evidence): the mean of each of `fields` (NUMBERS) over
+    its seeds, and how many seeds; columns no arm has a value in are left out (MFU is unknown on CPU), and
+    arms with none of them (microbenchmark items)."""
+    rows = to_dataframe(records).assign(arm=labels, mfu=[r["throughput"].get("mfu") for r in records])
+    rows[list(fields)] = rows[list(fields)].apply(pd.to_numeric, errors="coerce")
+    means = rows.groupby("arm", sort=False)[list(fields)].mean()
+    seeds = rows.groupby("arm", sort=False).size()
+    shown = [(name, f, fmt) for name, f, fmt in NUMBERS if f in fields and means[f].notna().any()]
+    table = Table(["arm", "seeds", *(name for name, _, _ in shown)], css="numbers")
+    for arm, values in means.iterrows():
+        if not values[[f for _, f, _ in shown]].notna().any():
+            continue  # a microbenchmark item: its numbers are per shape, on its run page
+        table.rows.append(
+            [Cell(arm, arm, colour=colours.get(arm)), number(seeds[arm])]
+            + [number(values[f], fmt) for _, f, fmt in shown]
         )
     return table
 
