@@ -39,7 +39,7 @@ pins settings the paper did not state: among the swept settings (micro-batch, se
 ...), only those where the baseline's `field` lies within `within` of the paper's absolute `value` decide.
 
 A `source_status` that begins with "derived" says the value is a formula the suite derived from the method
-(CLAIMS.md's byte and state formulas), not a number the paper prints: inside its band such a card "matches
+(a reproduction's own byte and state formulas), not a number the paper prints: inside its band such a card "matches
 the model", never "reproduced". `requires_claims` names the other halves of a compound claim (claims of the
 same file, themselves not compound): the card's verdict is the weakest of its own and theirs
 (suite/verdicts.py STRENGTH), and the card links them.

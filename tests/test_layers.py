@@ -1,4 +1,4 @@
-"""Dependencies point one way (DESIGN.md): the suite never names baselines or reproductions, the report
+"""Dependencies point one way (docs/architecture.md): the suite never names baselines or reproductions, the report
 reads records without the training loop, and the command modules share errors through a low module."""
 
 from __future__ import annotations
