@@ -115,8 +115,8 @@ def test_estimated_inter_group_bytes_fall_as_one_over_f():
     [("fsdp", {}), ("hsdp", {"shard": 2}), ("fl-fsdp", {"F": 2, "G": 4}), ("fl-hsdp", {"F": 2, "G": 4, "S": 2})],
 )
 def test_ring_model_equals_the_ledger_with_even_shards(method, variant):
-    """The ring model's per-tier formulas (formulas.py) against the estimator's ledger (itself checked equal to a measured run):
-    exact when every tensor's rows divide by the shard count."""
+    """The ring model's per-tier formulas (formulas.py) against the estimator's ledger (itself checked equal to a
+    measured run): exact when every tensor's rows divide by the shard count."""
     rec = tiny_estimate(method, **variant)
     assert wire_per_tier(rec) == pytest.approx(formula(rec), rel=1e-9)
 

@@ -64,7 +64,7 @@ MECH_ARMS = (
 GPU = dict(model="llama-134m", device="cuda", seq_len=1024, micro_batch=8, eval_every=50, log_every=10)
 GPU_STEPS = 300
 # wall-clock to a target loss (the paper's headline at 3B; here llama-1b, the largest model of the suite), on 8 or
-# more GPUs. The paper's target is not known (CLAIMS.md section 3): TARGET_LOSS is this suite's, fixed before any
+# more GPUs. The paper's target is not known (docs/sources.md#dion): TARGET_LOSS is this suite's, fixed before any
 # run; the rates are the smoke sweep's (tuned on llama-tiny, not at 1B), which the card states
 TARGET = dict(model="llama-1b", device="cuda", seq_len=1024, micro_batch=4, eval_every=50, log_every=10)
 TARGET_LOSS, TARGET_MAX_TOKENS, TARGET_GPUS = 3.5, 2e9, 8

@@ -2,7 +2,7 @@
 
 Every rank all-reduces its local parameter shard with the same shard in every other group (the `fed`
 group of the mesh: same place in each group), as one flat buffer, then divides by K: gloo has no AVG
-reduction, and the public code's gloo path sums without dividing (CLAIMS.md section 2). With an outer
+reduction, and the public code's gloo path sums without dividing (docs/sources.md#fl-fsdp). With an outer
 optimizer the mean is not copied in; the pseudo-gradient theta_prev - mean(theta_i) is, and the outer
 step moves theta_prev (a flat copy of this rank's shard, the outer optimizer's only parameter) towards
 the mean: SGD with lr 1 and no momentum lands exactly on it (FedAvg), DiLoCo takes Nesterov lr 0.7,

@@ -1,4 +1,4 @@
-"""Bytes per rank per step by tier, from the ring model of CLAIMS.md section 2 (derived, to be checked).
+"""Bytes per rank per step by tier, by a ring model (derived, to be checked; docs/sources.md#fl-fsdp sets it out).
 
 b bytes per element, P parameters, N ranks; groups of G = R x S ranks (S shard, R replicas), K = N / G
 groups, aggregation every F steps. FSDP moves 3bP(N-1)/N per step (all-gather forward and backward,

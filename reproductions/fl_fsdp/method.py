@@ -197,14 +197,15 @@ class Federated(Strategy):
 
 
 def _ring(name: str, inner: str, params: int, itemsize: int, d: Shape, f: int) -> dict | None:
-    """CLAIMS.md's per-tier wire bytes for the FL methods (b = gathered bytes per element), else None."""
+    """formulas.py's per-tier wire bytes for the FL methods (b = gathered bytes per element), else None."""
     if inner != "fsdp":
         return None
     method = "fl-hsdp" if d.R > 1 else "fl-fsdp"
     out = ring_bytes(method, params, itemsize, d.world, d.G, d.S, f, b_reduce=4, b_param=4)
     return {
         **out,
-        "formula": f"CLAIMS.md section 2, {method}, P={params}, gathered b={itemsize}, reduced and averaged 4",
+        "formula": f"reproductions/fl_fsdp/formulas.py, {method}, P={params}, gathered b={itemsize}, "
+        "reduced and averaged 4",
     }
 
 

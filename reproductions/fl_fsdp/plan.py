@@ -3,7 +3,7 @@ bytes per tier, memory per rank, and paper-scale estimates projected onto the pa
 
 Protocol (the paper's "identical hyperparameters"): every arm gets the same tokens, the same learning rate,
 schedule and micro-batch per rank, so an FL group steps on a global batch G / N of FSDP's (the batch-size
-effect CLAIMS.md section 2 names). Evaluation every 2F steps, right after an aggregation, so every group holds
+effect docs/sources.md#fl-fsdp names). Evaluation every 2F steps, right after an aggregation, so every group holds
 the averaged model when it is scored.
 
 Smoke (this machine, 4 gloo workers, llama-tiny on the embedded text): the quality arms (fsdp, hsdp 2 x 2,
@@ -35,7 +35,7 @@ SMOKE_WORKERS = 4
 WIDE = 6  # a world size whose groups of 3 do not divide llama-tiny's 256-row tensors
 GPU = dict(model="llama-134m", device="cuda", seq_len=1024, micro_batch=8, lr=1e-3)
 GPU_STEPS = 512
-# The paper's setup (CLAIMS.md section 2): AdamW lr 3e-4, wd 0.1, betas (0.9, 0.95), 10% warm-up (the
+# The paper's setup (docs/sources.md#fl-fsdp): AdamW lr 3e-4, wd 0.1, betas (0.9, 0.95), 10% warm-up (the
 # harness has no cosine decay), micro-batch 2 of 2,048 tokens, 65,536 blocks over 512 ranks = 64 steps.
 PAPER = dict(model="llama-8b", device="cuda", seq_len=2048, micro_batch=2, lr=3e-4, weight_decay=0.1, precision="bf16")
 PAPER_WORKERS, PAPER_STEPS = 512, 64

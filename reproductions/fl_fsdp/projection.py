@@ -1,13 +1,14 @@
-"""Tables from this reproduction's records: bytes per step per tier beside CLAIMS.md's ring formulas, and the
+"""Tables from this reproduction's records: bytes per step per tier beside the ring formulas (formulas.py), and the
 paper-scale projections re-priced for other F and inter-node bandwidths (labelled simulated).
 
     python -m reproductions.fl_fsdp.projection results/fl-fsdp-smoke
 
 Tiers: FL methods label their groups intra-group (shard, replicate) and inter-group (fed); the baselines'
-groups are mapped the way CLAIMS.md's table does (FSDP's one mesh and HSDP's replicate dimension span the
-groups, HSDP's shard dimension stays inside one). Re-pricing scales the fed all-reduce of an estimate taken at
-F = 1 to a period of F steps (the bytes fall as 1 / F, tests/test_fl_fsdp_*.py) and the topology's inter-node
-link rate by a factor, then projects with suite.sim as `suite reproduce` does.
+groups are mapped the way the ring model's table does (docs/sources.md#fl-fsdp: FSDP's one mesh and HSDP's
+replicate dimension span the groups, HSDP's shard dimension stays inside one). Re-pricing scales the fed
+all-reduce of an estimate taken at F = 1 to a period of F steps (the bytes fall as 1 / F,
+tests/test_fl_fsdp_*.py) and the topology's inter-node link rate by a factor, then projects with suite.sim as
+`suite reproduce` does.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def wire_per_tier(record: dict, rank: int = 0) -> dict[str, float]:
 
 
 def formula(record: dict) -> dict[str, float] | None:
-    """CLAIMS.md's ring model for the record's configuration (b: the gathered parameters' bytes)."""
+    """The ring model (formulas.py) for the record's configuration (b: the gathered parameters' bytes)."""
     method, v, mesh = record["method"], record["variant"], record["parallel"]["mesh"]
     p, n = record["model"]["params"], record["parallel"]["world_size"]
     b = 2 if v.get("precision") == "bf16" else 4

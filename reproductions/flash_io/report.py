@@ -26,7 +26,7 @@ from matplotlib.ticker import NullFormatter, ScalarFormatter  # noqa: E402
 from suite.atomic import write_text  # noqa: E402
 from suite.records import load_records  # noqa: E402
 
-# arXiv 2205.14135 v2, Figure 2 (left): GPT-2 medium attention, forward + backward, A100 (CLAIMS.md section 4;
+# arXiv 2205.14135 v2, Figure 2 (left): GPT-2 medium attention, forward + backward, A100 (docs/sources.md#flash-io;
 # an earlier version of the figure shows other numbers, so the version is part of the source)
 PAPER = {
     "source": "arXiv 2205.14135 v2, Figure 2: GPT-2 medium (seq 1024, head dim 64, 16 heads, batch 64), A100",

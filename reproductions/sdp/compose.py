@@ -1,6 +1,6 @@
 """B-SDP composed with FSDP2: `b-sdp-fsdp-holders` (reading b) and `b-sdp-fsdp-worker --set G=...` (reading a).
 
-How the paper composes SDP with FSDP is not known (the paper does not say); both readings are built here
+How the paper composes SDP with FSDP is not known (docs/sources.md#sdp); both readings are built here
 from torch's own pieces (`fully_shard`, `DeviceMesh.from_group`), so `estimate` and the meters run them
 unchanged. Blocks a rank does not hold are dropped before sharding (forward masking, as in b-sdp).
 

@@ -1,6 +1,6 @@
 """Subnetwork Data Parallelism (arXiv 2507.09029): `b-sdp` (forward masking) and `bb-sdp` (backward masking).
 
-Written here because no public implementation exists (CLAIMS.md section 1). Each of the K ranks holds
+Written here because no public implementation exists (docs/sources.md#sdp). Each of the K ranks holds
 the residual blocks its mask gives it (masks.py) and every part outside the blocks (embeddings, final
 norm, head: "shared", held by all and recorded). After backward the gradient of each component is
 summed over its holders and divided by their number, so holders apply the same update and stay
@@ -371,7 +371,7 @@ class SubnetworkDP(Strategy):
 
 
 def formula_bytes(mask: Mask, component_bytes: dict[int, int], aggregation: str, forward_masked: bool) -> dict:
-    """Per-rank bytes of one step's gradient aggregation (and bb-sdp's refresh), by CLAIMS.md's formula.
+    """Per-rank bytes of one step's gradient aggregation (and bb-sdp's refresh), derived in docs/sources.md#sdp.
 
     wire: 2 * sum over held components of bytes * (c - 1) / c + 2 * bytes(shared) * (K - 1) / K (ring
     all-reduce); payload: the bytes each rank hands to its all-reduces. Dense: the whole model over K.

@@ -1,6 +1,6 @@
 """SDP's claim metric against its own design (registered with suite.metrics.metric).
 
-What N-SDP masks in LLaMA is not known from the paper (CLAIMS.md): here only MLP neurons, so the state ratio
+What N-SDP masks in LLaMA is not known from the paper (docs/sources.md#sdp): here only MLP neurons, so the state ratio
 against DDP is not C but whatever the masks hold. A run's record says what that is (parallel.sdp: the shared
 parameters and each component's), so the card judges the measured ratio over the ratio the masks predict.
 """
