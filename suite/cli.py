@@ -173,6 +173,8 @@ def _check_data(name: str, root: str | None) -> None:
 
     if name not in data.NAMES:
         raise ValueError(f"unknown data set {name!r}; choose one of: {', '.join(data.NAMES)}")
+    if root is not None and name in data.EMBEDDED:
+        raise ValueError(f"{name!r} is embedded and reads no data root: drop --data-root")
     if root is not None and not Path(root).exists():
         raise FileNotFoundError(
             f"no data at --data-root {root!r}; download it first (see README, Data) "

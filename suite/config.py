@@ -135,7 +135,9 @@ class RunConfig:
     seq_len: int = setting(128, "tokens per sequence")
     # data and evaluation
     data: str | None = setting(
-        help="text (embedded), fineweb, fineweb-edu, digits (embedded), cifar10, cifar100", flag="--data", type=str
+        help="text (embedded), stdlib (embedded, 11 MB), fineweb, fineweb-edu, digits (embedded), cifar10, cifar100",
+        flag="--data",
+        type=str,
     )
     data_root: str | None = setting(
         help="folder of local data files (FineWeb parquet, CIFAR)",

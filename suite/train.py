@@ -217,7 +217,7 @@ class Worker:
             "outer": [type(o).__name__ for o in self.strategy.optimizers()],
         }
         rec["protocol"] = self.protocol.describe(Progress(0, 0, 0.0, 0.0, None))
-        rec["totals"].update(hardware_flops=0, optimizer_flops=0)
+        rec["totals"].update(hardware_flops=0, optimizer_flops=0, epochs=0.0)
         rec["faults"] = faults.section(cfg)
         if self.rank == 0 and (cfg.checkpoint_every or cfg.max_restarts):
             ckpt.write_config(cfg)
@@ -518,6 +518,7 @@ class Worker:
             "hardware_flops": 0,
             "optimizer_flops": 0,
             "wall_s": clock.elapsed,
+            "epochs": data_lib.epochs_seen(p.tokens, rec["data"]),
         }
         rec["protocol"] = self.protocol.describe(p)
         write_sections(self.metering.types(), dict(enumerate(results)), rec)

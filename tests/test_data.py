@@ -13,7 +13,7 @@ import torchvision
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from suite.data import NAMES, ImageData, TokenData, default_data_for, load_data
+from suite.data import EMBEDDED, NAMES, ImageData, TokenData, default_data_for, load_data
 from suite.data.cifar import cifar
 from suite.data.fineweb import fineweb_text
 from suite.data.text import topic_split
@@ -238,9 +238,10 @@ def test_digits_are_3_channel_32x32_normalised_and_split_by_class(digits):
 
 
 def test_registry_names_defaults_and_errors():
-    assert set(NAMES) == {"text", "fineweb", "fineweb-edu", "digits", "cifar10", "cifar100"}
+    assert set(NAMES) == {"text", "stdlib", "fineweb", "fineweb-edu", "digits", "cifar10", "cifar100"}
+    assert EMBEDDED == ["digits", "stdlib", "text"]
     assert (default_data_for("lm"), default_data_for("image")) == ("text", "digits")
-    with pytest.raises(ValueError, match="cifar10, cifar100, digits, fineweb, fineweb-edu, text"):
+    with pytest.raises(ValueError, match="cifar10, cifar100, digits, fineweb, fineweb-edu, stdlib, text"):
         load_data("imagenet")
     with pytest.raises(ValueError, match="use one of lm, image"):
         default_data_for("audio")

@@ -1,6 +1,7 @@
 """The run record: schema, atomic writing, loading, and clear errors for corrupt files."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -74,3 +75,21 @@ def test_summary_rows_carry_the_optimizer_phase_and_wire_bytes():
     assert row["optimizer_s_median"] == 0.04 and "comm_wire_bytes_per_rank_step" in row
     del rec["throughput"]["phases_s_median"]
     assert summary_row(rec)["optimizer_s_median"] is None
+
+
+def test_epochs_are_optional_and_checked_when_present(tmp_path):
+    rec = _record()
+    assert "epochs" not in rec["totals"]  # a record written before the field existed still validates
+    validate(rec)
+    rec["totals"]["epochs"] = 2.5
+    validate(rec)
+    rec["totals"]["epochs"] = -1
+    with pytest.raises(RecordError, match="totals/epochs"):
+        write_record(rec, tmp_path / "bad.json")
+
+
+def test_committed_records_load_with_or_without_epochs():
+    folder = Path(__file__).resolve().parent.parent / "results" / "sdp-smoke"
+    records, skipped = load_records(folder)
+    assert records and not skipped
+    assert all(r["totals"].get("epochs", 0) >= 0 for r in records)

@@ -13,6 +13,7 @@ Data = TokenData | ImageData
 # seconds to the start of every worker that would never read them.
 _LOADERS: dict[str, tuple[str, str, dict | None]] = {
     "text": ("suite.data.text", "embedded_text", None),
+    "stdlib": ("suite.data.stdlib", "stdlib_text", None),
     "digits": ("suite.data.images", "embedded_images", None),
     "fineweb": ("suite.data.fineweb", "fineweb_text", {"name": "fineweb"}),
     "fineweb-edu": ("suite.data.fineweb", "fineweb_text", {"name": "fineweb-edu"}),
@@ -20,6 +21,7 @@ _LOADERS: dict[str, tuple[str, str, dict | None]] = {
     "cifar100": ("suite.data.cifar", "cifar", {"name": "cifar100"}),
 }
 NAMES = sorted(_LOADERS)
+EMBEDDED = sorted(name for name, (_, _, fixed) in _LOADERS.items() if fixed is None)
 DEFAULTS = {"lm": "text", "image": "digits"}
 
 
@@ -36,6 +38,14 @@ def load_data(name: str, data_root: str | None = None, **kw) -> Data:
     return load(data_root, **fixed, **kw)
 
 
+def epochs_seen(consumed: int, described: dict) -> float | None:
+    """How many times a run read its training split over: tokens (images for image data) consumed over the
+    split's size, from the record's `data` section. Windows start at random offsets, so this is the mean number
+    of times a training token was read, not a count of passes; None when the section gives no size."""
+    size = described.get("n_train_tokens", described.get("n_train"))
+    return consumed / size if size else None
+
+
 def default_data_for(kind: str) -> str:
     """The embedded set a model of this kind trains on when no data is named ('lm' or 'image')."""
     if kind not in DEFAULTS:
@@ -43,4 +53,4 @@ def default_data_for(kind: str) -> str:
     return DEFAULTS[kind]
 
 
-__all__ = ["NAMES", "Data", "ImageData", "TokenData", "default_data_for", "load_data"]
+__all__ = ["EMBEDDED", "NAMES", "Data", "ImageData", "TokenData", "default_data_for", "epochs_seen", "load_data"]

@@ -3,9 +3,11 @@
 Tokens are the bytes of UTF-8 text (vocab 256), so no tokenizer has to be downloaded or trained and
 every model in the suite (vocab >= 256) can read every corpus. The embedded corpus is the Python
 documentation that ships inside CPython (`pydoc_data.topics`): real English prose and code, about
-465k characters, present wherever Python is, so CPU smoke runs need no network.
+465k characters, present wherever Python is, so CPU smoke runs need no network. Long runs read the larger
+embedded corpus, the standard library's source (suite/data/stdlib.py), built with the same helpers.
 """
 
+import hashlib
 import sys
 from dataclasses import dataclass, field
 from pydoc_data.topics import topics
@@ -35,6 +37,7 @@ class TokenData:
     train: torch.Tensor
     val: torch.Tensor
     vocab_size: int = VOCAB_SIZE
+    identity: dict | None = None  # what tells two builds of an embedded corpus apart (corpus_identity)
     kind: str = field(default="lm", init=False)
 
     def batch(
@@ -64,6 +67,7 @@ class TokenData:
         return [self._windows(self.val, s, seq_len) for s in starts]
 
     def describe(self) -> dict:
+        corpus = {} if self.identity is None else {"corpus": self.identity}
         return {
             "name": self.name,
             "source": self.source,
@@ -74,6 +78,7 @@ class TokenData:
             "split": self.split_rule,
             "sampling": "each step: global_batch windows at uniform random offsets (with replacement), "
             "torch.Generator seeded from (seed, step); ranks take consecutive rows",
+            **corpus,
         }
 
     def _n_starts(self, tokens: torch.Tensor, seq_len: int, split: str) -> int:
@@ -94,6 +99,22 @@ class TokenData:
         return chunk[:, :-1], chunk[:, 1:]
 
 
+def python_version() -> str:
+    return ".".join(map(str, sys.version_info[:3]))
+
+
+def corpus_identity(unit: str, train_docs: list[bytes], val_docs: list[bytes], train: torch.Tensor) -> dict:
+    """The record's `corpus`: an embedded corpus comes from the running Python, so two runs on two Pythons may
+    read different text under one name; the version, the size of each split and a SHA-256 of the training tokens
+    tell them apart."""
+    return {
+        "python": f"{sys.implementation.name} {python_version()}",
+        "train": {unit: len(train_docs), "bytes": sum(map(len, train_docs))},
+        "val": {unit: len(val_docs), "bytes": sum(map(len, val_docs))},
+        "train_sha256": hashlib.sha256(train.numpy()).hexdigest(),
+    }
+
+
 def topic_split() -> tuple[list[str], list[str]]:
     """Train and val topic keys: sorted by key, every 10th topic held out whole for validation."""
     keys = sorted(topics)
@@ -104,12 +125,15 @@ def topic_split() -> tuple[list[str], list[str]]:
 def embedded_text() -> TokenData:
     """The Python documentation shipped with CPython, as byte tokens; no download."""
     train_keys, val_keys = topic_split()
-    version = ".".join(map(str, sys.version_info[:3]))
+    train_docs = [topics[k].encode() for k in train_keys]
+    val_docs = [topics[k].encode() for k in val_keys]
+    train = to_tokens(train_docs)
     return TokenData(
         name="text",
-        source=f"CPython {version} pydoc_data.topics ({len(topics)} documentation topics, embedded)",
+        source=f"CPython {python_version()} pydoc_data.topics ({len(topics)} documentation topics, embedded)",
         split_rule=f"topics sorted by key; every {VAL_EVERY}th topic held out whole as val "
         f"({len(val_keys)} val, {len(train_keys)} train topics)",
-        train=to_tokens([topics[k].encode() for k in train_keys]),
-        val=to_tokens([topics[k].encode() for k in val_keys]),
+        train=train,
+        val=to_tokens(val_docs),
+        identity=corpus_identity("topics", train_docs, val_docs, train),
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 
+from suite.data import epochs_seen
 from suite.estimate.fake import BACKEND
 from suite.estimate.rank import RankEstimate
 from suite.meters.base import write_sections
@@ -45,6 +46,7 @@ def build_record(
                 "hardware_flops": 0,
                 "optimizer_flops": 0,
                 "wall_s": 0.0,
+                "epochs": epochs_seen(tokens, rec["data"]),
             },
             "throughput": {"tokens_per_s": None, "samples_per_s": None, "step_s": None, "mfu": None},
             "estimate": {
