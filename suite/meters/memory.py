@@ -19,7 +19,7 @@ moment of the peak. This module only adds what it lacks for a training loop:
 - the model state taken while the gradients are alive: at the end of every optimizer step (a step
   post-hook, before zero_grad(set_to_none=True) frees the gradients), the largest over the steps;
 - the peak of the device only: the trackers also keep each module's own peak, by walking every tracked module
-  after every op (a third of an estimate's time at llama-1b); nothing here reads those, so that walk is skipped
+  after every op (a third of the cProfile of a DDP llama-1b estimate); nothing here reads those, so it is skipped
   and the device's peak and its categories come out as before;
 - steps of several micro-batches: the trackers take a second forward of a top-level module for a
   second iteration and raise, so its stale per-module stats are dropped first;
