@@ -16,6 +16,21 @@ from suite.records import load_records, read_record, summary_row
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "results"
+# where two runs of one command may differ: when and where it ran, and how long it took
+PROVENANCE = {
+    "run_id",
+    "created",
+    "command",
+    "_path",
+    "settings.results",
+    "faults.checkpoints",
+    "estimate.wall_s",
+    "env.hostname",
+    "env.threads",
+    "env.git_sha",
+    "env.git_dirty",
+    "env.torch",
+}
 
 
 def _committed(**wanted) -> dict:
@@ -23,6 +38,25 @@ def _committed(**wanted) -> dict:
     found = [r for r in records if all(summary_row(r).get(k) == v for k, v in wanted.items())]
     assert found, f"no committed record with {wanted}"
     return sorted(found, key=lambda r: r["run_id"])[0]
+
+
+def _fields(value, path: str = "") -> dict[str, object]:
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in _fields(item, f"{path}.{key}" if path else key).items()}
+    if isinstance(value, list):
+        return {k: v for i, item in enumerate(value) for k, v in _fields(item, f"{path}[{i}]").items()}
+    return {path: value}
+
+
+def differences(before: dict, after: dict) -> list[tuple[str, object, object]]:
+    """Every field (dotted path) whose value differs between two records, provenance aside."""
+    a, b = (_fields(r) for r in (before, after))
+    missing = "<missing>"
+    return [
+        (k, a.get(k, missing), b.get(k, missing))
+        for k in sorted((a.keys() | b.keys()) - PROVENANCE)
+        if a.get(k, missing) != b.get(k, missing)
+    ]
 
 
 def _rerun(record: dict, results: Path) -> dict:
@@ -49,6 +83,7 @@ def test_a_committed_estimate_reruns_to_the_same_numbers(tmp_path):
     again = _rerun(record, tmp_path)
     assert [r for r in compare(record, again) if r.ok is False] == [], format_comparison(compare(record, again))
     assert summary_row(again)["peak_bytes_max"] == summary_row(record)["peak_bytes_max"]
+    assert differences(record, again) == []
 
 
 @pytest.mark.slow

@@ -3,7 +3,10 @@
 `estimate(cfg)` runs the suite's own Worker, strategy and meters for each estimated rank in this one
 process, on fake tensors and torch's fake process group (suite/estimate/fake.py), so no method needs
 code of its own here. Ranks whose local tensors and groups match rank 0's (their signature) are not
-stepped: rank 0 stands for them, and the record says which ranks were checked. The result is a run
+stepped: rank 0 stands for them, and the record says which ranks were checked. A checked rank that differs
+is stepped as soon as it is built, and only the ranks not yet stepped are built afterwards: each rank is
+built once (a rank's numbers depend only on its own build and steps, not on what this process ran before,
+as the sequential `processes=1` path already relies on). The result is a run
 record with provenance `estimated`.
 """
 
@@ -71,8 +74,8 @@ def estimate(
     start = time.perf_counter()
     first = estimate_rank(cfg, 0, gpus_per_node)
     checked = sampled_ranks(world) if ranks == "auto" else []
-    others = [estimate_rank(cfg, r, gpus_per_node, step=False) for r in checked]
-    if ranks == "auto" and all(o.signature == first.signature for o in others):
+    others = [estimate_rank(cfg, r, gpus_per_node, unless=first.signature) for r in checked]
+    if ranks == "auto" and not any(o.stepped for o in others):
         symmetry = (
             f"ranks {', '.join(map(str, [0, *checked]))} have the same local tensors (names, storage "
             f"bytes, dtypes) and groups (sizes, tiers); rank 0 stands for all {world}"
@@ -85,6 +88,8 @@ def estimate(
         estimated, stands_for = [first], dict.fromkeys(range(world), 0)
     else:
         symmetry = None
-        estimated = [first, *_step_ranks(cfg, list(range(1, world)), gpus_per_node, processes)]
+        done = {o.rank: o for o in others if o.stepped}
+        rest = _step_ranks(cfg, [r for r in range(1, world) if r not in done], gpus_per_node, processes)
+        estimated = sorted([first, *done.values(), *rest], key=lambda e: e.rank)
         stands_for = {r: r for r in range(world)}
     return build_record(estimated, stands_for, symmetry, checked, gpus_per_node, time.perf_counter() - start)

@@ -45,6 +45,10 @@ class RankEstimate:
     meters: list = field(default_factory=list)  # the meters' types, to build the record's sections
 
     @property
+    def stepped(self) -> bool:
+        return self.steps > 0
+
+    @property
     def flops(self) -> dict:
         return self.results.get("flops") or {"model": 0, "hardware": 0}
 
@@ -70,14 +74,16 @@ def local_numels(worker: Worker) -> dict[str, int]:
     return {name: local_tensor(p).numel() for name, p in worker.model.named_parameters()}
 
 
-def estimate_rank(cfg: RunConfig, rank: int, gpus_per_node: int, step: bool = True) -> RankEstimate:
-    """Build rank `rank` of `cfg.nproc` on fake tensors and, if `step`, run its steps through the last metered one."""
+def estimate_rank(cfg: RunConfig, rank: int, gpus_per_node: int, unless: tuple | None = None) -> RankEstimate:
+    """Build rank `rank` of `cfg.nproc` on fake tensors and run its steps through the last metered one, unless
+    its signature equals `unless` (rank 0's, which then stands for it): a checked rank that differs from rank
+    0 is stepped while it is built, not built a second time to be stepped."""
     fakes = FakeTensors()
     with fake_world(rank, cfg.nproc, gpus_per_node):
         worker = FakeWorker(cfg, fakes)
         worker.build()
         out = RankEstimate(rank, signature(worker), local_numels(worker), worker.record)
-        if step:
+        if out.signature != unless:
             out.steps = worker.metering.last_step() + 1
             clock = StepClock(worker.device, 0, worker.strategy.comm_period)
             with fakes.active():
