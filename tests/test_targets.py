@@ -137,3 +137,11 @@ def test_diverged_runs_are_read_as_never_reaching_the_target():
     assert "2 of 3 seeds of the method's arm (seed 2 diverged at" in verdict.reason
     assert 0 < verdict.measured < 1  # a lower loss curve reaches the baseline's final loss sooner
 
+
+def test_the_new_cards_load_with_their_sides():
+    from suite.claims import claims_for
+
+    cards = {c.id: c for name in ("sdp", "fl-fsdp", "dion") for c in claims_for(name)}
+    for ident in ("sdp-tokens-to-target", "fl-tokens-to-target-fsdp", "dion-tokens-to-target-vs-adamw"):
+        assert cards[ident].metric["name"] == "to-target" and cards[ident].better == "lower"
+    assert cards["dion-tokens-to-target-vs-adamw"].paper_range == (0.333, 0.5)
