@@ -44,8 +44,8 @@ Point = tuple[float, float, float]  # (step, tokens, validation loss) of one eva
 
 def crossing(points: Sequence[Point], target: float) -> tuple[float, float, bool] | None:
     """(step, tokens, at_first) where the validation loss first reaches `target`, linearly interpolated between
-    the evaluation at or below it and the one before; None if no evaluation reaches it. `at_first`: the first
-    evaluation is already there (its step and tokens are an upper bound)."""
+    the evaluation at or below it (within 1e-9 relative: float rounding of the mean) and the one before; None if
+    no evaluation reaches it. `at_first`: the first evaluation is already there (an upper bound)."""
     for i, (step, tokens, loss) in enumerate(points):
         # a seed that ends exactly at the baseline's mean reaches it, whichever way the mean's float rounds
         if loss > target and not math.isclose(loss, target, rel_tol=1e-9):
