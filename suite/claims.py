@@ -56,6 +56,7 @@ from typing import Any
 
 import yaml
 
+from suite import targets  # noqa: F401  (registers the to-target metric)
 from suite.atomic import NotAFile, read_regular
 from suite.errors import ClaimsError
 from suite.metrics import METRIC_FIELDS, METRICS

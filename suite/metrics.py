@@ -30,6 +30,7 @@ class Samples:
     settings: tuple[str, ...] = ()  # the setting of each value
     baseline: np.ndarray | None = None
     baseline_rows: pd.DataFrame | None = None  # the baseline side's runs (the plateau reads them)
+    note: str = ""  # what the verdict's reason adds (e.g. how many seeds reached a target, suite/targets.py)
 
 
 METRICS: dict[str, Callable[..., Samples]] = {}
@@ -41,15 +42,20 @@ FRAME_FIELDS = (*SUMMARY_FIELDS, "evidence", "device_name", "inter_node", "setti
 SIDE = ("method", "optimizer", "variant", "arm")
 
 
-def metric(name: str, fields: tuple[str, ...] | None = FRAME_FIELDS, ratio: bool = False) -> Callable:
+def metric(
+    name: str, fields: tuple[str, ...] | None = FRAME_FIELDS, ratio: bool = False, diverged: bool = False
+) -> Callable:
     """Register a metric; `fields` are the record fields its claims may name (None: any, the metric checks);
-    `ratio`: its values are method / baseline (the report draws them on the ratio axis)."""
+    `ratio`: its values are method / baseline (the report draws them on the ratio axis); `diverged`: it reads
+    diverged runs beside complete ones (a diverged seed never reaches a target, and saying so is a result)."""
 
     def register(fn: Callable[..., Samples]) -> Callable[..., Samples]:
         METRICS[name] = fn
         METRIC_FIELDS[name] = fields
         if ratio:
             RATIOS.add(name)
+        if diverged:
+            READS_DIVERGED.add(name)
         return fn
 
     return register
@@ -57,6 +63,7 @@ def metric(name: str, fields: tuple[str, ...] | None = FRAME_FIELDS, ratio: bool
 
 METRIC_FIELDS: dict[str, tuple[str, ...] | None] = {}
 RATIOS: set[str] = set()
+READS_DIVERGED: set[str] = set()
 
 
 def _arm(

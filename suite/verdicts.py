@@ -30,7 +30,8 @@ import numpy as np
 import pandas as pd
 
 from suite.claims import Claim, ClaimsError
-from suite.metrics import METRICS, Samples, _per_seed, side
+from suite.metrics import METRICS, READS_DIVERGED, Samples, _per_seed, side
+from suite.records import FINISHED
 
 ALPHA = 0.05
 VERDICTS = (
@@ -185,6 +186,7 @@ def claim_frame(records: list[dict]) -> pd.DataFrame:
     df["inter_node"] = [_crosses_nodes(r) for r in records]
     df["setting"] = [setting_of(r) for r in records]
     df["val_change_last_fifth"] = [val_change_last_fifth(r["curve"]) for r in records]
+    df["val_curve"] = [val_curve(r["curve"]) for r in records]
     evals = pd.DataFrame(
         [{f"evals.{k}": _eval_value(v) for k, v in r["evals"].items()} for r in records], index=df.index
     )
@@ -220,6 +222,11 @@ def val_change_last_fifth(curve: list[dict]) -> float | None:
     return abs(points[-1][1] - before[-1]) / abs(before[-1])
 
 
+def val_curve(curve: list[dict]) -> tuple[tuple[float, float, float], ...]:
+    """(step, tokens, validation loss) at each evaluation with a finite loss: what a time-to-target metric reads."""
+    return tuple((p["step"], p["tokens"], p["val_loss"]) for p in curve if p.get("val_loss") is not None)
+
+
 def _crosses_nodes(record: dict) -> bool:
     return any(op.get("tier") == "inter-node" for r in record["comm"]["per_rank"] for op in r["ops"])
 
@@ -235,7 +242,7 @@ def evaluate(claim: Claim, df: pd.DataFrame) -> Verdict:
     shown = (*_beside(claim, rows), *_projection(claim, rows))
     env = Environment.of(df)
     unmet = [r for r in claim.requires if not env.meets(r)]
-    samples, label = _decisive(claim, rows, allow_measured=not unmet)
+    samples, label, said = _decisive(claim, rows, allow_measured=not unmet)
     if samples is None:
         if unmet:
             return Verdict(
@@ -248,6 +255,8 @@ def evaluate(claim: Claim, df: pd.DataFrame) -> Verdict:
         where = f" under the {claim.protocol} protocol" if claim.protocol else ""
         kinds = " or ".join(claim.evidence)
         reason = f"no complete {kinds} runs of {_arms(claim)}{where}"
+        if said:  # runs there are, but none gave a value (e.g. no seed reached a target): the metric says why
+            reason = f"the {kinds} runs of {_arms(claim)}{where} give no value{said}"
         return Verdict("inconclusive", reason=reason, band=_band_text(claim), shown=shown)
     sweep = _sweep(claim, rows, label)
     if label in DETERMINISTIC and claim.kind != "quality":
@@ -267,7 +276,7 @@ def evaluate(claim: Claim, df: pd.DataFrame) -> Verdict:
     measured = float(np.mean(samples.values)) if len(samples.values) else None
     one_setting = len(set(samples.settings)) == 1  # a spread over settings is no noise: the interval shows them
     paper = claim.paper_range
-    reason = verdict["reason"] + note
+    reason = verdict["reason"] + said + note
     if label == "estimated":
         reason += f" (estimated, not a measurement; estimator checked by {claim.estimator_check})"
     return Verdict(
@@ -333,10 +342,11 @@ def _arms(claim: Claim) -> str:
 
 
 def _selected(claim: Claim, df: pd.DataFrame) -> pd.DataFrame:
-    """Complete runs of the claim's protocol (the baseline's own protocol where it has one)."""
+    """Complete runs of the claim's protocol (the baseline's own protocol where it has one); diverged ones too for
+    a metric that reads them (READS_DIVERGED)."""
     if df.empty:
         return df
-    rows = df[df["status"] == "complete"]
+    rows = df[df["status"].isin(FINISHED if claim.metric["name"] in READS_DIVERGED else ("complete",))]
     if claim.protocol:
         wanted = rows["protocol"] == claim.protocol
         if claim.baseline_protocol:
@@ -364,12 +374,13 @@ def _samples_of(claim: Claim, rows: pd.DataFrame, label: str, overrides: dict | 
     return METRICS[claim.metric["name"]](rows[rows["evidence"] == label], **args)
 
 
-def _decisive(claim: Claim, rows: pd.DataFrame, allow_measured: bool) -> tuple[Samples | None, str | None]:
+def _decisive(claim: Claim, rows: pd.DataFrame, allow_measured: bool) -> tuple[Samples | None, str | None, str]:
     """Samples from the first kind of evidence the claim accepts that has any: measured (on hardware that
     meets the requirements), then counted, then estimated, each where the claim allows it. Simulated numbers
-    never decide."""
+    never decide. Third: the metric's note on the samples (suite/targets.py: how many seeds reached the
+    target), or where none gave a value, the first kind's note on why."""
     if "evidence" not in rows.columns:  # no records at all
-        return None, None
+        return None, None, ""
     labels = []
     if allow_measured and "measured" in claim.evidence:
         labels += [(label, _measured_candidates(claim, rows)) for label in EVIDENCE[:2]]
@@ -377,11 +388,13 @@ def _decisive(claim: Claim, rows: pd.DataFrame, allow_measured: bool) -> tuple[S
         labels.append(("counted", rows))
     if "estimated" in claim.evidence:
         labels.append(("estimated", rows))
+    why = ""
     for label, candidates in labels:
         samples = _samples_of(claim, candidates, label)
         if len(samples.values) and (samples.baseline is None or len(samples.baseline)):
-            return samples, label
-    return None, None
+            return samples, label, samples.note
+        why = why or samples.note
+    return None, None, why
 
 
 def _beside(claim: Claim, rows: pd.DataFrame) -> list[Shown]:

@@ -1,0 +1,162 @@
+"""Time to target: what each arm of a quality pair spends to reach the baseline's final validation loss.
+
+The equal-target protocol of MLPerf Training and the modded-nanogpt speedrun: fix a loss, and compare what each
+arm pays to get there, instead of comparing losses at an equal budget. The target is the mean over the baseline
+arm's seeds of their final validation loss (per setting; complete runs with an evaluation only). For every seed of
+both arms the `to-target` metric reads, off the run's validation curve (claim_frame's `val_curve`):
+
+- `tokens_to_target`: the tokens at the first evaluation whose loss is at or below the target, linearly
+  interpolated between that evaluation and the one before it. Evaluations are `eval_every` steps apart, often a
+  quarter of a smoke run: rounding up to the next evaluation would add up to that much to every seed, and a
+  straight line between the two measured losses is the least assumption that keeps the crossing between them.
+  A run already at or below the target at its first evaluation reads that evaluation's tokens (no earlier loss
+  to interpolate from: an upper bound, which the verdict's reason names);
+- `cpu_s_to_target`: the steps to the same crossing times the record's CPU seconds per step of one worker
+  (`throughput.cpu_step_s_median`). Records keep no CPU time per point of the curve, only this steady-state
+  median (warm-up, metered steps and evaluation excluded), so the sum of per-step CPU time up to the crossing is
+  that median times the steps; it is the wall-clock analogue a shared machine's waiting does not inflate.
+
+A seed that never reaches the target gives no value, and neither does a diverged run (its loss stopped being a
+number), a run without any evaluation, or (for CPU seconds) a record without CPU time; the reason names each such
+seed and how many seeds of each arm reached the target. Because the target is the baseline's own mean, about half
+of the baseline's seeds end above it and never reach it: a card needs about twice the seeds it wants pairs.
+
+The samples are method / baseline per seed, paired by seed and setting as the `ratio` metric pairs them: a seed
+fixes initialisation and data order in both arms, so the pair shares that noise and the ratio cancels it, and the
+verdict's t-interval over per-seed ratios needs no delta method (a ratio of means would, and would ignore that the
+two arms saw the same data). Only seeds that reached the target on both sides give a pair.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from suite.errors import ClaimsError
+from suite.metrics import Samples, metric, one_arm, side
+
+FIELDS = ("tokens_to_target", "cpu_s_to_target")
+Point = tuple[float, float, float]  # (step, tokens, validation loss) of one evaluation
+
+
+def crossing(points: Sequence[Point], target: float) -> tuple[float, float, bool] | None:
+    """(step, tokens, at_first) where the validation loss first reaches `target`, linearly interpolated between
+    the evaluation at or below it (within 1e-9 relative: float rounding of the mean) and the one before; None if
+    no evaluation reaches it. `at_first`: the first evaluation is already there (an upper bound)."""
+    for i, (step, tokens, loss) in enumerate(points):
+        # a seed that ends exactly at the baseline's mean reaches it, whichever way the mean's float rounds
+        if loss > target and not math.isclose(loss, target, rel_tol=1e-9):
+            continue
+        if i == 0:
+            return float(step), float(tokens), True
+        step0, tokens0, loss0 = points[i - 1]
+        share = min((loss0 - target) / (loss0 - loss), 1.0)  # loss0 > target >= loss (up to rounding)
+        return step0 + share * (step - step0), tokens0 + share * (tokens - tokens0), False
+    return None
+
+
+def targets(baseline: pd.DataFrame) -> pd.Series:
+    """The target of each setting: the mean over the baseline's seeds of their final validation loss (repeated
+    runs of one seed averaged first, so no seed counts twice)."""
+    done = baseline[(baseline["status"] == "complete") & baseline["val_curve"].map(len).astype(bool)]
+    finals = done["val_curve"].map(lambda curve: curve[-1][2]).astype(float)
+    return finals.groupby([done["seed"], done["setting"]]).mean().groupby(level="setting").mean()
+
+
+def _run_value(row: pd.Series, target: float, field: str) -> tuple[float | None, str]:
+    """One run's cost to the target, or None with what stopped it; the text names a first-evaluation reading."""
+    curve = row["val_curve"]
+    if row["status"] == "diverged":
+        return None, f"diverged at {int(row['tokens']):,} tokens"
+    if not curve:
+        return None, "has no validation evaluation"
+    found = crossing(curve, target)
+    if found is None:
+        return None, f"did not reach the target in {int(curve[-1][1]):,} tokens (final {curve[-1][2]:.4g})"
+    step, tokens, at_first = found
+    first = f"reached it by its first evaluation, at {tokens:,.0f} tokens (an upper bound)" if at_first else ""
+    if field == "tokens_to_target":
+        return tokens, first
+    cpu = pd.to_numeric(row["cpu_step_s_median"], errors="coerce")
+    if not np.isfinite(cpu):
+        return None, "records no CPU time per step"
+    return step * float(cpu), first
+
+
+def _costs(rows: pd.DataFrame, goal: pd.Series, field: str) -> tuple[pd.Series, dict[tuple, str]]:
+    """Each (seed, setting)'s cost to its setting's target (repeated runs averaged), and what the reason says of a
+    seed: why it gives no value, or that its value is a first-evaluation reading."""
+    values: dict[tuple, list[float]] = {}
+    misses: dict[tuple, str] = {}
+    firsts: dict[tuple, str] = {}
+    for _, row in rows[rows["setting"].isin(goal.index)].iterrows():
+        key = (row["seed"], row["setting"])
+        value, note = _run_value(row, float(goal[row["setting"]]), field)
+        if value is None:
+            misses.setdefault(key, note)
+            continue
+        values.setdefault(key, []).append(value)
+        if note:
+            firsts.setdefault(key, note)
+    index = pd.MultiIndex.from_tuples(list(values), names=["seed", "setting"])
+    series = pd.Series([float(np.mean(v)) for v in values.values()], index=index, dtype=float)
+    return series, {**{k: v for k, v in misses.items() if k not in values}, **firsts}
+
+
+def _side_text(name: str, rows: pd.DataFrame, reached: pd.Series, notes: dict[tuple, str]) -> str:
+    seeds = rows[["seed", "setting"]].drop_duplicates()
+    words = f"{len(reached)} of {len(seeds)} seeds of the {name} arm"
+    said = [f"seed {seed} {text}" for (seed, _), text in sorted(notes.items(), key=str)]
+    return f"{words} ({'; '.join(said)})" if said else words
+
+
+def _note(goal: pd.Series, sides: list[tuple[str, pd.DataFrame, pd.Series, dict]], pairs: int) -> str:
+    """What the reason says: each setting's target, how many seeds of each arm reached it and why others did not."""
+    where = "; ".join(f"{v:.4g}" + (f" at {s}" if len(goal) > 1 else "") for s, v in goal.items())
+    reached = " and ".join(_side_text(*s) for s in sides)
+    return f"; target {where} (the baseline's mean final validation loss), reached by {reached}; {pairs} seed pair(s)"
+
+
+@metric("to-target", fields=FIELDS, ratio=True, diverged=True)
+def to_target(
+    df: pd.DataFrame,
+    field: str,
+    method: str,
+    baseline: str,
+    variant: dict | None = None,
+    baseline_variant: dict | None = None,
+    model: str | list[str] | None = None,
+    optimizer: str | None = None,
+    baseline_optimizer: str | None = None,
+    arm: dict | None = None,
+    baseline_arm: dict | None = None,
+) -> Samples:
+    """method / baseline of the tokens (or CPU seconds) to the baseline's mean final validation loss, paired by
+    seed and setting (module docstring)."""
+    if field not in FIELDS:
+        raise ClaimsError(f"metric to-target reads {FIELDS}, not {field!r}")
+    spec = dict(
+        method=method, baseline=baseline, variant=variant, baseline_variant=baseline_variant, model=model,
+        optimizer=optimizer, baseline_optimizer=baseline_optimizer, arm=arm, baseline_arm=baseline_arm,
+    )  # fmt: skip
+    mine, theirs = side(df, spec), side(df, spec, baseline=True)
+    one_arm(mine, "the method's side"), one_arm(theirs, "the baseline's side")
+    if mine.empty or theirs.empty:
+        return Samples(np.array([]), pd.concat([mine, theirs]), (), np.array([]), theirs)
+    goal = targets(theirs)
+    a, a_notes = _costs(mine, goal, field)
+    b, b_notes = _costs(theirs, goal, field)
+    keys = a.index.intersection(b.index)
+    sides = [("method's", mine, a, a_notes), ("baseline's", theirs, b, b_notes)]
+    note = _note(goal, sides, len(keys)) if len(goal) else "; the baseline has no validation loss to set a target"
+    return Samples(
+        (a[keys] / b[keys]).to_numpy(dtype=float),
+        pd.concat([mine, theirs]),
+        tuple(s for _, s in keys),
+        b[keys].to_numpy(dtype=float),
+        theirs,
+        note=note,
+    )
