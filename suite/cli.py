@@ -261,8 +261,15 @@ def _shown(path: Path) -> str:
 
 
 def cmd_report(args: argparse.Namespace, argv: list[str]) -> int:
-    from suite.report import build_report
+    from suite.report import build_report, build_site
 
+    if args.site is not None:
+        if args.results_dir is not None:
+            raise UsageError("give a results folder or --site, not both (--site reads built report folders)")
+        print(build_site(args.site))
+        return 0
+    if args.results_dir is None:
+        raise UsageError("give the folder that holds the run records, or --site DIR to index built reports")
     if not Path(args.results_dir).is_dir():
         raise UsageError(f"no results folder {args.results_dir!r}; give the folder that holds the run records")
     print(build_report(args.results_dir, args.output))
@@ -326,13 +333,15 @@ def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
     report = Path(args.report or f"reports/{args.name}")
     with timer.item("report"):
         try:
-            from suite.report import build_report
+            from suite.report import build_report, build_site
 
             print(build_report(results, report))
         except ImportError as err:
             print(f"report not written: {err}", file=sys.stderr)
         if (own := get_reproduction(args.name).report) is not None:
             print(own(results, report))
+        if args.report is None:  # reports/NAME: the index of all reproductions (reports/index.html) follows it
+            print(build_site(report.parent))
     print(write_summary(results, summary, timer))
     return 0 if not missing and all(r["status"] in FINISHED for r in records) else 1
 
@@ -537,8 +546,13 @@ def parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     ver.add_argument("results", nargs="+", help="folders of run records")
     ver.add_argument("--json", action="store_true", help="JSON for scripts and CI")
     rp = sub.add_parser("report", help="regenerate the HTML report from run records alone")
-    rp.add_argument("results_dir")
+    rp.add_argument("results_dir", nargs="?", help="folder of run records")
     rp.add_argument("-o", "--output", default="reports/latest")
+    rp.add_argument(
+        "--site",
+        metavar="DIR",
+        help="instead: write DIR/index.html, the index of every report folder in DIR (--site reports)",
+    )
     _estimate_parser(sub)
     _simulate_parser(sub)
     return p

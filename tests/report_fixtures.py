@@ -19,7 +19,7 @@ from pathlib import Path
 
 from suite.claims import load_claims
 from suite.records import load_records, validate, write_record
-from suite.report import build_report_for
+from suite.report import build_report_for, build_site
 
 PARAMS = 3_150_000
 SEQ = 256
@@ -272,4 +272,5 @@ def built_study() -> tuple[Path, Path]:
     claims_yaml.write_text(SDP_CLAIMS_YAML)
     records, skipped = load_records(results)
     index = build_report_for(records, skipped, root / "site", {"sdp": load_claims(claims_yaml)})
+    build_site(root)  # the index of all report folders, which every page's "All reproductions" links
     return results, index.parent

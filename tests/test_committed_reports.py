@@ -4,7 +4,9 @@ A report is what `python -m suite reproduce NAME --preset smoke` wrote: the suit
 reproduction's own (its `report` hook, e.g. flash-io's io.html), from results/NAME-smoke. A page that differs
 from its rebuild is stale (its records, claims or the report code changed and nobody regenerated it): the test
 names the page and its first differing line. Files drawn by separate commands (reports/dion/step-time.png,
-reproductions/dion/figure.py) are not rebuilt here.
+reproductions/dion/figure.py) are not rebuilt here. reports/index.html, the index of every folder, is rebuilt
+from the committed folders (`python -m suite report --site reports`): each folder's summary.json, checked
+above, and the files it holds.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from suite.extensions import get_reproduction
-from suite.report import build_report
+from suite.report import build_report, build_site
+from tests.test_report import Page
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORTS = sorted(p.name for p in (ROOT / "reports").iterdir() if p.is_dir())
@@ -71,6 +74,23 @@ def test_committed_report_rebuilds(name: str, tmp_path: Path, monkeypatch: pytes
     )
     fixed = {page for page in KNOWN_STALE if page.startswith(f"{name}/") and page not in found}
     assert not fixed, f"{sorted(fixed)} now rebuild exactly: remove them from KNOWN_STALE"
+
+
+def test_committed_site_index_rebuilds_and_links_every_page(tmp_path: Path) -> None:
+    committed = ROOT / "reports" / "index.html"
+    rebuilt = build_site(ROOT / "reports", tmp_path)
+    assert committed.is_file(), "reports/index.html is missing: python -m suite report --site reports"
+    old, new = committed.read_text(), rebuilt.read_text()
+    assert old == new, (
+        f"reports/index.html is stale (python -m suite report --site reports): {first_difference(old, new)}"
+    )
+    pages = {
+        p.relative_to(ROOT / "reports").as_posix()
+        for p in (ROOT / "reports").rglob("*")
+        if p.suffix in (".html", ".png")
+    }
+    missing = pages - set(Page(committed).links) - {"index.html"}
+    assert not missing, f"reports/index.html links none of {sorted(missing)[:5]} ({len(missing)} pages)"
 
 
 def test_first_difference_names_the_line() -> None:

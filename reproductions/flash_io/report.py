@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import html
 import io
 import json
 from pathlib import Path
@@ -25,6 +24,8 @@ from matplotlib.ticker import NullFormatter, ScalarFormatter  # noqa: E402
 
 from suite.atomic import write_text  # noqa: E402
 from suite.records import load_records  # noqa: E402
+from suite.report import Section, render_page  # noqa: E402
+from suite.report.tables import Cell, Table, number, text  # noqa: E402
 
 # arXiv 2205.14135 v2, Figure 2 (left): GPT-2 medium attention, forward + backward, A100 (docs/sources.md#flash-io;
 # an earlier version of the figure shows other numbers, so the version is part of the source)
@@ -35,9 +36,6 @@ PAPER = {
     "standard_ms": 41.7,
     "tiled_ms": 7.3,
 }
-
-
-CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
 
 def micro_rows(records: list[dict], item: str) -> pd.DataFrame:
@@ -227,26 +225,116 @@ def figures(records: list[dict]) -> dict[str, str]:
     return out
 
 
+def _row(*cells: object) -> list[Cell]:
+    """Numbers as right-aligned sortable cells (4 significant digits), words as text."""
+    return [number(c) if isinstance(c, (int, float)) and not isinstance(c, bool) else text(c) for c in cells]
+
+
+def paper_table(summary: dict) -> Table:
+    """GPT-2 medium beside Figure 2: HBM traffic counted per mask, runtime measured on this machine's CPU."""
+    table = Table(["quantity", "paper (A100)", "ours", "ours ÷ paper", "evidence"])
+    paper = summary["paper"]
+    for row in summary.get("gpt2", []):
+        mask = "causal" if row["causal"] else "no mask"
+        for name, ours, theirs in (
+            ("standard attention HBM traffic (GB)", row["standard_gb"], paper["standard_gb"]),
+            ("tiled attention HBM traffic (GB)", row["tiled_gb"], paper["tiled_gb"]),
+            ("standard ÷ tiled traffic", row["ratio"], paper["standard_gb"] / paper["tiled_gb"]),
+        ):
+            table.rows.append(_row(f"{name}, {mask}, M {row['m']:,}", theirs, ours, ours / theirs, "counted"))
+    if run := summary.get("runtime_gpt2"):
+        device = f"measured on {run['device_name']}, batch {run['batch']}"
+        for name, ours, theirs in (
+            ("standard attention time (ms)", 1e3 * run["math_s"], paper["standard_ms"]),
+            ("flash attention time (ms)", 1e3 * run["flash_s"], paper["tiled_ms"]),
+            ("standard ÷ flash time", run["ratio"], paper["standard_ms"] / paper["tiled_ms"]),
+        ):
+            table.rows.append(_row(name, theirs, ours, ours / theirs, device))
+    return table
+
+
+# (summary key, entry, what is fitted, the slope the paper's bounds give): Theorem 2's Θ(N d + N²) and
+# Θ(N² d² / M), section 3.2's memory linear in N; the paper states no time slope on a CPU
+SLOPES = (
+    ("slopes_n", "tiled", "tiled accesses against N", "2 (Θ(N² d² / M))"),
+    ("slopes_n", "standard", "standard accesses against N", "2 (Θ(N d + N²), N ≫ d)"),
+    ("slopes_d", "tiled", "tiled accesses against d", "2 (Θ(N² d² / M))"),
+    ("slopes_d", "standard", "standard accesses against d", "0 to 1 (N² dominates where N ≫ d)"),
+    ("memory_slopes_n", "flash", "flash peak memory against N", "1 (linear in N, section 3.2)"),
+    ("memory_slopes_n", "flash+backward", "flash fwd+bwd peak memory against N", "1 (linear in N, section 3.2)"),
+    ("memory_slopes_n", "math", "math peak memory against N", "2 (the N × N matrix)"),
+    ("memory_slopes_n", "math+backward", "math fwd+bwd peak memory against N", "2 (the N × N matrix)"),
+)
+
+
+def slopes_table(summary: dict) -> Table:
+    """Each fitted log-log slope beside the slope the paper's bounds give."""
+    table = Table(["what is fitted", "paper's bound gives", "fitted slope"])
+    for key, entry, name, expected in SLOPES:
+        if entry in summary.get(key, {}):
+            table.rows.append(_row(name, expected, summary[key][entry]))
+    if "slope_m_tiled" in summary:
+        table.rows.append(_row("tiled accesses against M (B_c > 1)", "-1 (Θ(N² d² / M))", summary["slope_m_tiled"]))
+        table.rows.append(_row("tiled accesses against M (every M)", "-1 (Θ(N² d² / M))", summary["slope_m_tiled_all"]))
+    for entry, value in summary.get("time_slopes_n", {}).items():
+        table.rows.append(_row(f"{entry} time against N (CPU)", "no bound stated", value))
+    return table
+
+
+def constants_table(summary: dict) -> Table:
+    """Theorem 2's constants fitted to the counts, and Proposition 3's lower bound checked on every point."""
+    table = Table(["fit", "a", "b", "largest relative residual", "points"])
+    for algorithm in ("standard", "tiled"):
+        if fit := summary.get("theorem2", {}).get(algorithm):
+            table.rows.append(_row(algorithm, fit["a"], fit["b"], fit["max_rel_residual"], fit["points"]))
+    return table
+
+
+def bound_table(summary: dict) -> Table:
+    table = Table(["Proposition 3 (tiled accesses over its bound)", "value"])
+    labels = {
+        "points": "points checked",
+        "min_tiled_over_n2d2_m": "smallest tiled ÷ (N² d² / M)",
+        "max_tiled_over_n2d2_m": "largest tiled ÷ (N² d² / M)",
+        "min_tiled_over_4nd": "smallest tiled ÷ 4 N d (reading Q, K, V, writing O)",
+    }
+    bound = summary.get("proposition3", {})
+    table.rows.extend(_row(label, bound[k]) for k, label in labels.items() if k in bound)
+    if "executed_equals_closed_form" in summary:
+        table.rows.append(_row("executed counts equal the closed form", summary["executed_equals_closed_form"]))
+    return table
+
+
+def sections(summary: dict, records: list[dict]) -> list[Section]:
+    images = tuple(figures(records).items())
+    out = [
+        Section("Beside the paper", f"{summary['paper']['source']}.", paper_table(summary)),
+        Section("Scaling", "Least-squares slopes of log y against log x over each sweep.", slopes_table(summary)),
+        Section("Theorem 2's constants", THEOREM2, constants_table(summary)),
+        Section("Proposition 3's bound", "", bound_table(summary)),
+        Section("Figures", "Counted accesses and measured SDPA memory and time, log-log.", images=images),
+    ]
+    return [s for s in out if s.images or (s.table is not None and s.table.rows)]
+
+
+THEOREM2 = (
+    "standard = a N d + b N² and tiled = a N² d² / M + b N d (no mask), by least squares on relative errors; "
+    "points where M fits only B_c = 1 (T_c = N) are left out."
+)
+
+
 def write(results_dir: str | Path, out_dir: str | Path) -> Path:
     records, _ = load_records(results_dir)
     summary = summarize(records)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "io-summary.json").write_text(json.dumps(summary, indent=1, default=float) + "\n")
-    figs = "".join(
-        f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' src='data:image/png;base64,{png}'>"
-        for title, png in figures(records).items()
+    intro = (
+        f"From the records in {results_dir}. Counts are of the instrumented algorithms (reproductions/flash_io), "
+        "not GPU measurements; times and memory are measured on the CPU each row names. The numbers are also in "
+        "io-summary.json."
     )
-    page = (
-        "<!doctype html><meta charset='utf-8'><title>flash-io: IO counts and SDPA measurements</title>"
-        f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">"
-        "<style>body{font-family:sans-serif;max-width:60em;margin:auto}pre{background:#f4f4f4;padding:1em}</style>"
-        "<h1>flash-io: HBM accesses counted, SDPA backends measured</h1>"
-        f"<p>From the records in {html.escape(str(results_dir))}. Counts are of the instrumented algorithms "
-        "(reproductions/flash_io), not GPU measurements; times and memory are measured on the CPU named in each "
-        "figure.</p>"
-        f"<h2>Fits and comparisons</h2><pre>{html.escape(json.dumps(summary, indent=1, default=float))}</pre>{figs}"
-    )
+    page = render_page("flash-io: HBM accesses counted, SDPA backends measured", intro, sections(summary, records))
     write_text(out / "io.html", page)  # atomic: a reader never sees half a page
     return out / "io.html"
 

@@ -18,26 +18,32 @@ import seaborn as sns
 
 from suite.arms import arm_of
 
-OFF = ("none", "off", "")
+OFF = ("none", "off", "")  # string values that mean "not used": left out of a label
 PRESENT = "\x00present"  # a dimension's "default" when only its presence varies
 UNSET_TOO = "\x00unset"  # a switch's "default" when some runs leave it unset
 LABEL_LIMIT = 40  # as figures.LABEL_LIMIT, not imported from there: figures imports frames, which imports arms
 PROVENANCE_ORDER = {"measured": 0, "counted": 1, "estimated": 2, "simulated": 3}
-# Distinct hues, grey left out (grey and hollow markers mean "shown, not judged" in the claim figures):
-# tab10, then dark and light colours far from its hues.
+# 15 arm colours, each at least 30 CIELAB units (ΔE76) from every verdict colour (glance.COLOURS, the badges)
+# and 20 from the grey of "shown, not judged", and 25 from each other; none lighter than L* 80, so a line reads
+# on white. Picked by those rules from tab10, Dark2, Set1, tab20, Paired, Accent and Trubetskoy's 20 distinct
+# colours (tests/test_report_site.py checks them). More arms than this get evenly spaced husl hues.
 PALETTE = [
-    *(c for c in sns.color_palette("tab10").as_hex() if c != "#7f7f7f"),
-    "#000000",
-    "#808000",
+    "#ff7f0e",
+    "#17becf",
+    "#911eb4",
+    "#66a61e",
+    "#e377c2",
     "#000080",
-    "#800000",
-    "#daa520",
-    "#a6cee3",
-    "#b2df8a",
-    "#fb9a99",
-    "#cab2d6",
-    "#fdbf6f",
-]  # string values that mean "not used": left out of a label
+    "#a65628",
+    "#f032e6",
+    "#000000",
+    "#7fc97f",
+    "#843c39",
+    "#e7298a",
+    "#fdae6b",
+    "#7b4173",
+    "#ff9896",
+]
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -20,8 +21,9 @@ from suite.atomic import write_text
 from suite.claims import Claim, ClaimsError, claims_for
 from suite.errors import UsageError
 from suite.records import load_records
-from suite.report import figures
+from suite.report import figures, site
 from suite.report.pages import Reproduction, css_token, index_context, reproduction_context, run_context
+from suite.report.tables import Table
 from suite.verdicts import judge_all
 
 UNASSIGNED = "(no reproduction)"
@@ -110,8 +112,54 @@ def build_report_for(
         write(repro.href, "reproduction.html.j2", reproduction_context(repro, run_hrefs, records))
         for record in repro.records:
             write(run_files[id(record)], "run.html.j2", run_context(record, f"../{repro.href}"))
+    entries = [_summary_entry(r, run_files) for r in repros]
+    write_text(out / site.SUMMARY, site.summary(entries, len(records), len(skipped)), durable=False)
     _remove_stale(out, written)
     return out / "index.html"
+
+
+def _summary_entry(repro: Reproduction, run_files: dict[int, str]) -> dict:
+    """What the site index shows of one reproduction (site.py): no record is read again there."""
+    return {
+        "name": repro.name,
+        "href": repro.href,
+        "paper": site.paper_of([c for c, _ in repro.verdicts]),
+        "counts": repro.counts,
+        "claims_error": repro.claims_error,
+        "run_pages": [(run_files[id(r)], r["run_id"], r["status"]) for r in repro.records],
+    }
+
+
+def build_site(site_dir: str | Path, out_dir: str | Path | None = None) -> Path:
+    """The index of every report folder under `site_dir` (each written by build_report), at
+    `out_dir`/index.html (default: `site_dir` itself, the committed reports/index.html)."""
+    site_dir = Path(site_dir)
+    out = Path(out_dir) if out_dir is not None else site_dir
+    context = site.site_context(site_dir)
+    path = out / "index.html"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        write_text(path, _templates().get_template("site.html.j2").render(**context), durable=False)
+    except OSError as err:
+        raise _unwritable(out, err) from None
+    return path
+
+
+@dataclass(frozen=True)
+class Section:
+    """One section of a page a reproduction writes itself (render_page): a heading, a note, a table, figures."""
+
+    heading: str
+    note: str = ""
+    table: Table | None = None
+    images: tuple[tuple[str, str], ...] = ()  # (title, base64 PNG), inlined as data: URIs
+
+
+def render_page(title: str, intro: str, sections: list[Section]) -> str:
+    """A page in the site's style and navigation, for a report folder's own pages (flash-io's io.html): the same
+    stylesheet, escaping and Content-Security-Policy as the suite's pages."""
+    context = {"title": title, "root": "", "intro": intro, "sections": sections}
+    return _templates().get_template("page.html.j2").render(**context)
 
 
 def _unwritable(out: Path, err: OSError) -> UsageError:

@@ -299,32 +299,60 @@ def comm_bytes(comm: pd.DataFrame, label: str) -> Chart | None:
     )
 
 
-def throughput(ratios: pd.DataFrame, geomeans: pd.Series, reference: str, label: str, colours: dict) -> Chart | None:
-    """tokens/s over the reference baseline's: a bar per arm (geometric mean over its configurations, if
-    several), a dot per configuration."""
+def throughput(
+    ratios: pd.DataFrame, reference: str, label: str, colours: dict, unsteady: pd.Series | None = None
+) -> Chart | None:
+    """Speed over the reference baseline's by wall time (tokens/s) and, beside it, by CPU time per step: a bar
+    per arm (geometric mean over its configurations, if several), a dot per configuration. Arms whose repeats
+    differ in tokens/s beyond frames.REPEAT_TOLERANCE (`unsteady`) are hatched: their wall ratio is load."""
     if ratios.empty:
         return None
-    arms = list(geomeans.index)
-    names = [safe(a) for a in arms]
-    fig, axes = figure(11, 0.32 * len(arms) + 1.2)
-    ax = axes[0, 0]
-    ax.barh(range(len(arms)), geomeans.to_numpy(float), color=[colours[a] for a in arms], height=0.6)
-    several = ratios.groupby("arm")["config"].nunique().max() > 1
-    if several:
-        rows = {a: i for i, a in enumerate(arms)}
-        ax.scatter(ratios["ratio"], ratios["arm"].map(rows), color="black", s=14, zorder=3)
-    ax.axvline(1.0, color="#555555", linestyle="--", linewidth=1)
-    ax.set_yticks(range(len(arms)), names)
-    ax.invert_yaxis()
-    ax.set_xlabel(f"tokens/s ÷ {safe(reference, 24)}'s")
-    margins(fig, left=0.3 + text_inches(names), bottom=0.55, right=0.3, top=0.15)
-    caption = (
-        "Each arm against the baseline on the same model and ranks. Bar: geometric mean over configurations; "
-        "dot: one configuration (median over seeds)."
-        if several
-        else "Each arm against the baseline on the same model and ranks, median over seeds; dashed line: the baseline."
+    unsteady = unsteady if unsteady is not None else pd.Series(dtype=float)
+    panels = (
+        ("ratio", f"tokens/s ÷ {safe(reference, 20)}'s"),
+        ("cpu_ratio", f"{safe(reference, 16)}'s CPU s/step ÷ arm's"),
     )
-    return chart(fig, f"Throughput against {safe(reference, 24)} ({label})", caption)
+    arms = list(frames.geometric_means(ratios).index)
+    names = [safe(a) for a in arms]
+    fig, axes = figure(11, 0.32 * len(arms) + 1.5, 1, 2, sharey=True)
+    several = ratios.groupby("arm")["config"].nunique().max() > 1
+    for ax, (column, x_label) in zip(axes[0], panels):
+        means = frames.geometric_means(ratios.dropna(subset=[column]), column).reindex(arms)
+        bars = ax.barh(range(len(arms)), means.fillna(0).to_numpy(float), color=[colours[a] for a in arms], height=0.6)
+        for bar, arm in zip(bars, arms):
+            if arm in unsteady.index:
+                bar.set_hatch("///")
+                bar.set_edgecolor("#1b1f24")
+        if several:
+            rows = {a: i for i, a in enumerate(arms)}
+            ax.scatter(ratios[column], ratios["arm"].map(rows), color="black", s=14, zorder=3)
+        ax.axvline(1.0, color="#555555", linestyle="--", linewidth=1)
+        ax.set_xlabel(x_label)
+    axes[0, 0].set_yticks(range(len(arms)), names)
+    axes[0, 0].invert_yaxis()
+    axes[0, 0].set_title("by wall time", loc="left", fontsize="small")
+    axes[0, 1].set_title("by CPU time", loc="left", fontsize="small")
+    margins(fig, left=0.3 + text_inches(names), bottom=0.55, right=0.3, top=0.35, wspace=0.08)
+    return chart(fig, f"Speed against {safe(reference, 24)} ({label})", _throughput_caption(several, unsteady))
+
+
+def _throughput_caption(several: bool, unsteady: pd.Series) -> str:
+    how = (
+        "Bar: geometric mean over configurations; dot: one configuration (median over seeds)."
+        if several
+        else "Median over seeds; dashed line: the baseline."
+    )
+    caption = (
+        f"Each arm against the baseline on the same model and ranks, above 1 is faster. {how} Wall time counts "
+        "the waiting of a shared machine; CPU time per step does not."
+    )
+    if unsteady.empty:
+        return caption
+    spread = ", ".join(f"{arm} {value:.0%}" for arm, value in unsteady.items())
+    return (
+        f"{caption} Warning, hatched: the seeds of {spread} differ in tokens/s by more than "
+        f"{frames.REPEAT_TOLERANCE:.0%} (the throughput gate's tolerance), so their wall-time ratio is machine load."
+    )
 
 
 def calibration_sweep(
@@ -352,3 +380,63 @@ def calibration_sweep(
         f"the paper's value and ±{within:.0%} in orange"
     )
     return chart(fig, f"Calibration of {baseline}", caption)
+
+
+def _ticks(low: float, high: float, count: int = 5) -> list[float]:
+    """About `count` round values spanning [low, high] (1, 2 or 5 times a power of ten apart)."""
+    if not high > low:
+        return [low]
+    raw = (high - low) / count
+    power = 10 ** np.floor(np.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    first = np.ceil(low / step) * step
+    return [float(v) for v in np.arange(first, high + step * 1e-9, step)]
+
+
+RUN_LINES = {"train_loss": ("training loss", "#3b6ea5"), "val_loss": ("validation loss", "#d9822b")}
+
+
+def run_losses(curve: list[dict], label: str) -> Chart | None:
+    """One run's training and validation loss against step (run pages).
+
+    SVG markup written directly, as memory_per_rank: a site has a run page per record."""
+    lines = {y: [(p["step"], p[y]) for p in curve if p.get(y) is not None and np.isfinite(p[y])] for y in RUN_LINES}
+    lines = {y: points for y, points in lines.items() if points}
+    if not lines:
+        return None
+    xs = [x for points in lines.values() for x, _ in points]
+    ys = [y for points in lines.values() for _, y in points]
+    x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
+    pad = 0.05 * (max(ys) - min(ys) or 1.0)
+    y0, y1 = min(ys) - pad, max(ys) + pad
+    left, top, width, height = 60, 30, 900, 260
+
+    def sx(x: float) -> float:
+        return left + (x - x0) / (x1 - x0) * width
+
+    def sy(y: float) -> float:
+        return top + (y1 - y) / (y1 - y0) * height
+
+    out = [f'<rect x="{left}" y="{top}" width="{width}" height="{height}" fill="none" stroke="#d0d7de"/>']
+    for t in _ticks(y0, y1):
+        out.append(f'<line x1="{left}" x2="{left + width}" y1="{sy(t):.1f}" y2="{sy(t):.1f}" stroke="#eef1f4"/>')
+        out.append(f'<text x="{left - 6}" y="{sy(t) + 4:.1f}" font-size="11" text-anchor="end">{t:.4g}</text>')
+    for t in _ticks(x0, x1):
+        out.append(f'<text x="{sx(t):.1f}" y="{top + height + 16}" font-size="11" text-anchor="middle">{t:,.0f}</text>')
+    out.append(f'<text x="{left + width / 2}" y="{top + height + 34}" font-size="12" text-anchor="middle">step</text>')
+    x = left
+    for y, points in lines.items():
+        name, colour = RUN_LINES[y]
+        path = " ".join(f"{sx(a):.1f},{sy(b):.1f}" for a, b in points)
+        out.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="1.8"/>')
+        if len(points) < 30:  # few points (validation every N steps): mark each
+            out += [f'<circle cx="{sx(a):.1f}" cy="{sy(b):.1f}" r="2.5" fill="{colour}"/>' for a, b in points]
+        out.append(f'<rect x="{x}" y="10" width="14" height="4" fill="{colour}"/>')
+        out.append(f'<text x="{x + 18}" y="16" font-size="11">{name}</text>')
+        x += 30 + 7 * len(name)
+    title = f"Loss against step ({label})"
+    svg = (
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {left + width + 20} {top + height + 44}" role="img" '
+        f'font-family="DejaVu Sans, Arial, sans-serif"><title>{escape(title)}</title>{"".join(out)}</svg>'
+    )
+    return Chart(title, Markup(svg), "Every recorded point; the numbers are in the table below.")

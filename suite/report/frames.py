@@ -121,10 +121,38 @@ def reference_baseline(records: list[dict]) -> str | None:
     return counts.most_common(1)[0][0] if counts else None
 
 
+# Repeats (seeds) of one arm whose tokens/s differ by more than this fraction of their median were timed under
+# different machine load, so their time ratios say more about the machine than the method. The number is the
+# throughput gate's tolerance for a wall-time measure (benchmarks/gate.py, TOLERANCE["wall_units"]); suite/
+# imports nothing from benchmarks/, so it is declared here once and tests/test_report.py checks the two agree.
+REPEAT_TOLERANCE = 0.15
+
+
+def repeat_spreads(records: list[dict], labels: list[str]) -> pd.Series:
+    """Per arm with two or more complete timed repeats: (largest - smallest) / median of their tokens/s."""
+    rows = [
+        (label, r["throughput"]["tokens_per_s"])
+        for r, label in zip(records, labels)
+        if r["status"] == "complete" and r["throughput"].get("tokens_per_s")
+    ]
+    if not rows:
+        return pd.Series(dtype=float)
+    tokens = pd.DataFrame(rows, columns=["arm", "tokens_per_s"]).groupby("arm", sort=False)["tokens_per_s"]
+    spread = (tokens.max() - tokens.min()) / tokens.median()
+    return spread[tokens.size() > 1]
+
+
+def unsteady(records: list[dict], labels: list[str]) -> pd.Series:
+    """The arms whose repeats differ in tokens/s by more than REPEAT_TOLERANCE, with their spread."""
+    spreads = repeat_spreads(records, labels)
+    return spreads[spreads > REPEAT_TOLERANCE]
+
+
 def throughput_ratios(records: list[dict], labels: list[str]) -> tuple[pd.DataFrame, str | None]:
-    """tokens/s of each arm over the reference baseline's, per configuration (medians over seeds). The
-    reference is the baseline method's plainest variant (the one with fewest settings, then the most runs);
-    its other variants (e.g. ddp+ac) are arms like any other."""
+    """tokens/s of each arm over the reference baseline's, per configuration (medians over seeds), and beside it
+    the same ratio by CPU time (the reference's CPU seconds per step over the arm's), which a shared machine's
+    waiting does not inflate. The reference is the baseline method's plainest variant (the one with fewest
+    settings, then the most runs); its other variants (e.g. ddp+ac) are arms like any other."""
     reference = reference_baseline(records)
     variants = Counter(
         json.dumps(r["variant"], sort_keys=True) for r in records if r["method"] == reference and r["baseline"]
@@ -136,25 +164,28 @@ def throughput_ratios(records: list[dict], labels: list[str]) -> tuple[pd.DataFr
             "reference": r["method"] == reference and json.dumps(r["variant"], sort_keys=True) == plain,
             "config": config(r),
             "tokens_per_s": r["throughput"]["tokens_per_s"],
+            "cpu_step_s": r["throughput"].get("cpu_step_s_median") or np.nan,
         }
         for r, label in zip(records, labels)
         if r["status"] == "complete" and r["throughput"]["tokens_per_s"]
     ]
-    columns = ["arm", "config", "ratio"]
+    columns = ["arm", "config", "ratio", "cpu_ratio"]
     if reference is None or not rows:
         return pd.DataFrame(columns=columns), reference
     runs = pd.DataFrame(rows)
-    base = runs[runs["reference"]].groupby("config")["tokens_per_s"].median()
-    medians = runs[~runs["reference"]].groupby(["arm", "config"], sort=False)["tokens_per_s"].median().reset_index()
+    timed = ["tokens_per_s", "cpu_step_s"]
+    base = runs[runs["reference"]].groupby("config")[timed].median()
+    medians = runs[~runs["reference"]].groupby(["arm", "config"], sort=False)[timed].median().reset_index()
     medians = medians[medians["config"].isin(base.index)]
     if medians.empty:  # only the reference ran: dividing the empty frame would fail on its column types
         return pd.DataFrame(columns=columns), reference
-    medians["ratio"] = medians["tokens_per_s"] / medians["config"].map(base)
+    medians["ratio"] = medians["tokens_per_s"] / medians["config"].map(base["tokens_per_s"])
+    medians["cpu_ratio"] = medians["config"].map(base["cpu_step_s"]) / medians["cpu_step_s"]
     return medians[columns].reset_index(drop=True), reference
 
 
-def geometric_means(ratios: pd.DataFrame) -> pd.Series:
-    """Per arm, the geometric mean of its throughput ratios over configurations."""
+def geometric_means(ratios: pd.DataFrame, column: str = "ratio") -> pd.Series:
+    """Per arm, the geometric mean of its throughput ratios (`column`: by wall or CPU time) over configurations."""
     if ratios.empty:
         return pd.Series(dtype=float)
-    return np.exp(np.log(ratios["ratio"].astype(float)).groupby(ratios["arm"], sort=False).mean())
+    return np.exp(np.log(ratios[column].astype(float)).groupby(ratios["arm"], sort=False).mean())

@@ -137,6 +137,7 @@ def reproduction_context(repro: Reproduction, run_hrefs: dict[int, str], records
         "counts": repro.counts,
         "origin": origin_badge(repro.origin),
         "numbers": arm_numbers(repro),
+        "unsteady": unsteady_warning(frames.unsteady(*_measured_runs(repro))),
         "glance": repro.glance,
         "claims": claim_rows(repro, ""),
         "cards": [_card(c, v, by_id, repro, labels) for c, v in repro.verdicts],
@@ -197,22 +198,41 @@ def _section(repro: Reproduction, label: str, records: list[dict], hrefs: list[s
     names = [repro.label(r) for r in records]
     colours = repro.colours
     ratios, reference = frames.throughput_ratios(records, names)
-    geomeans = frames.geometric_means(ratios)
+    unsteady = frames.unsteady(records, names)
     # a simulated record projects time only: its memory and bytes are its estimate's, drawn in that section
     projection = label == "simulated"
     charts = [
         None if projection else figures.loss_curves(frames.curves(records, names), label, colours),
         None if projection else figures.memory_bars(frames.memory(records, names), label),
         None if projection else figures.comm_bytes(frames.comm(records, names), label),
-        figures.throughput(ratios, geomeans, reference, label, colours) if reference else None,
+        figures.throughput(ratios, reference, label, colours, unsteady) if reference else None,
     ]
     return {
         "label": label,
         "runs": tables.runs_table(records, to_dataframe(records), hrefs, names, repro),
         "charts": [c for c in charts if c is not None],
         "reference": reference,
-        "throughput": tables.throughput_table(ratios, geomeans, label) if not ratios.empty else None,
+        "throughput": tables.throughput_table(ratios, label) if not ratios.empty else None,
+        "unsteady": unsteady_warning(unsteady),
     }
+
+
+def _measured_runs(repro: Reproduction) -> tuple[list[dict], list[str]]:
+    """The measured runs and their arms' labels: a projection's tokens/s is computed, not timed."""
+    runs = [r for r in repro.records if r["provenance"] == "measured"]
+    return runs, [repro.label(r) for r in runs]
+
+
+def unsteady_warning(unsteady: pd.Series) -> str | None:
+    """A sentence naming the arms whose repeats differ in tokens/s beyond the gate's tolerance, or None."""
+    if unsteady.empty:
+        return None
+    arms = ", ".join(f"{arm} ({spread:.0%})" for arm, spread in unsteady.items())
+    return (
+        f"Repeats of one arm differ in tokens/s by more than {frames.REPEAT_TOLERANCE:.0%}, the throughput gate's "
+        f"tolerance for a wall-time measure: {arms}. The machine's load changed between them, so wall-time "
+        "ratios of these arms measure the machine; compare CPU s/step instead."
+    )
 
 
 def _card(claim: Claim, verdict: Verdict, run_hrefs: dict[str, str], repro: Reproduction, labels: dict) -> dict:
@@ -297,38 +317,14 @@ def css_token(text: str) -> str:
 
 
 def run_context(record: dict, reproduction_href: str | None) -> dict:
-    """Every field of one run: overview, configuration, totals, curve, memory per rank, comm ledger, env."""
-    fields = (
-        "run_id",
-        "status",
-        "error",
-        "reproduction",
-        "method",
-        "baseline",
-        "provenance",
-        "created",
-        "command",
-    )
-    overview = {k: record.get(k) for k in fields} | {"file": record.get("_path")}
+    """One run: what it ran under (machine load, command), its loss curve drawn, its numbers, then every field
+    of the record as plain rows (nested sections flattened, never a raw dict), memory per rank and the ledger."""
+    overview = {k: record.get(k) for k in RUN_FIELDS} | {"file": record.get("_path")}
     evals = {
         k: f"{fmt_number(v.get('value'))} ± {fmt_number(v.get('stderr'))}" if isinstance(v, dict) else v
         for k, v in record["evals"].items()
     }
-    model = {
-        "name": record["model"]["name"],
-        "params": record["model"]["params"],
-        **record["model"].get("config", {}),
-    }
-    memory_columns = [
-        "rank",
-        "peak_bytes",
-        "params",
-        "grads",
-        "optimizer",
-        "activations",
-        "other",
-        "rss_peak_bytes",
-    ]
+    model = {"name": record["model"]["name"], "params": record["model"]["params"], **record["model"].get("config", {})}
     fields = [
         ("Run", overview),
         ("Variant", record["variant"]),
@@ -338,39 +334,61 @@ def run_context(record: dict, reproduction_href: str | None) -> dict:
         ("Protocol", record["protocol"]),
         ("Totals", record["totals"]),
         ("Throughput", record["throughput"]),
+        ("Timing", record.get("timing") or {}),
         ("Evaluations", evals),
         ("Environment", record["env"]),
     ]
-    sections = [
-        (
-            "Loss curve",
-            tables.records_table(record["curve"], ["step", "tokens", "flops", "wall_s", "train_loss", "val_loss"]),
-        ),
-        (
-            f"Memory per rank ({record['memory']['method']})",
-            tables.records_table(
-                record["memory"]["per_rank"], memory_columns, {c: fmt_bytes for c in memory_columns[1:]}
-            ),
-        ),
-        (
-            f"Communication ledger ({record['comm']['method']}, {record['comm'].get('steps')} steps)",
-            _ledger(record),
-        ),
+    charts = [
+        figures.run_losses(record["curve"], _label(record)),
+        figures.memory_per_rank(record["memory"]["per_rank"], _label(record)),
     ]
-    memory = figures.memory_per_rank(record["memory"]["per_rank"], _label(record))
-    raw = json.dumps({k: v for k, v in record.items() if k != "_path"}, indent=1)
     return {
         "title": f"Run: {record['run_id']}",
         "root": "../",
         "record": record,
         "label": _label(record),
+        "load": machine_load(record),
         "reproduction": record["reproduction"],
         "reproduction_href": reproduction_href,
-        "fields": [(title, tables.mapping_table(values)) for title, values in fields if values],
-        "sections": sections,
-        "charts": [memory] if memory else [],
-        "raw": raw,
+        "fields": [(title, tables.mapping_table(tables.flatten(values))) for title, values in fields if values],
+        "charts": [c for c in charts if c is not None],
+        "sections": _run_sections(record),
+        "raw": json.dumps({k: v for k, v in record.items() if k != "_path"}, indent=1),
     }
+
+
+RUN_FIELDS = ("run_id", "status", "error", "reproduction", "method", "baseline", "provenance", "created", "command")
+MEMORY_COLUMNS = ["rank", "peak_bytes", "params", "grads", "optimizer", "activations", "other", "rss_peak_bytes"]
+
+
+def machine_load(record: dict) -> str:
+    """The machine's 1-minute load average at set-up and at the record: every time on the page was measured
+    under it (a shared machine's waiting inflates wall time, not CPU time)."""
+    load = (record.get("timing") or {}).get("load_average")
+    if not load:
+        return "not recorded (a record written before the load was kept)"
+    return f"{load[0]:.2f} at set-up, {load[1]:.2f} at the record (1-minute load average)"
+
+
+def _run_sections(record: dict) -> list[tuple[str, str, Table, bool]]:
+    """(heading, how it was measured, table, folded): the method's description is a note under its heading;
+    the loss points are folded, as the figure above draws them."""
+    memory, comm = record["memory"], record["comm"]
+    return [
+        (
+            "Loss curve",
+            "",
+            tables.records_table(record["curve"], ["step", "tokens", "flops", "wall_s", "train_loss", "val_loss"]),
+            True,
+        ),
+        (
+            "Memory per rank",
+            memory["method"],
+            tables.records_table(memory["per_rank"], MEMORY_COLUMNS, {c: fmt_bytes for c in MEMORY_COLUMNS[1:]}),
+            False,
+        ),
+        (f"Communication ledger ({comm.get('steps')} steps)", comm["method"], _ledger(record), False),
+    ]
 
 
 def _ledger(record: dict) -> Table:

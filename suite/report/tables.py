@@ -15,6 +15,7 @@ import pandas as pd
 
 from suite.records import to_dataframe
 from suite.report.arms import batch_settings
+from suite.report.frames import REPEAT_TOLERANCE, geometric_means, repeat_spreads
 from suite.verdicts import evidence_label
 
 
@@ -51,11 +52,14 @@ def fmt_number(value: Any) -> str:
 
 
 def fmt_bytes(value: Any) -> str:
+    """Three significant digits in the largest unit that fits; 1,000 to 1,023 of a unit stay whole ("1,010
+    MiB"), where "%.3g" would write "1.01e+03"."""
     if missing(value):
         return "—"
     for power, unit in ((4, "TiB"), (3, "GiB"), (2, "MiB"), (1, "KiB")):
         if abs(value) >= 1024**power:
-            return f"{value / 1024**power:.3g} {unit}"
+            scaled = value / 1024**power
+            return f"{scaled:,.0f} {unit}" if abs(scaled) >= 100 else f"{scaled:.3g} {unit}"
     return f"{value:,.0f} B"
 
 
@@ -158,26 +162,40 @@ def numbers_table(records: list[dict], labels: list[str], colours: dict[str, str
     means = rows.groupby("arm", sort=False)[list(fields)].mean()
     seeds = rows.groupby("arm", sort=False).size()
     shown = [(name, f, fmt) for name, f, fmt in NUMBERS if f in fields and means[f].notna().any()]
-    table = Table(["arm", "seeds", *(name for name, _, _ in shown)], css="numbers")
+    spreads = repeat_spreads(records, labels) if "tokens_per_s" in fields else pd.Series(dtype=float)
+    spread_column = ["tokens/s spread"] if not spreads.empty else []
+    table = Table(["arm", "seeds", *(name for name, _, _ in shown), *spread_column], css="numbers")
     for arm, values in means.iterrows():
         if not values[[f for _, f, _ in shown]].notna().any():
             continue  # a microbenchmark item: its numbers are per shape, on its run page
         table.rows.append(
             [Cell(arm, arm, colour=colours.get(arm)), number(seeds[arm])]
             + [number(values[f], fmt) for _, f, fmt in shown]
+            + ([spread_cell(spreads.get(arm))] if spread_column else [])
         )
     return table
 
 
-def throughput_table(ratios: pd.DataFrame, geomeans: pd.Series, badge: str) -> Table:
-    """One row per arm and configuration; an arm's geometric mean only where it ran several configurations."""
-    table = Table(["arm", "configuration", "tokens/s ratio"])
+def spread_cell(spread: float | None) -> Cell:
+    """The seeds' tokens/s spread, flagged "unsteady" beyond the gate's tolerance (frames.REPEAT_TOLERANCE)."""
+    if spread is None:
+        return Cell("—")
+    return Cell(f"{spread:.0%}", float(spread), badge="unsteady" if spread > REPEAT_TOLERANCE else None)
+
+
+def throughput_table(ratios: pd.DataFrame, badge: str) -> Table:
+    """One row per arm and configuration, by wall time and by CPU time; an arm's geometric means only where it
+    ran several configurations."""
+    table = Table(["arm", "configuration", "tokens/s ratio (wall)", "CPU s/step ratio (reference's ÷ arm's)"])
     several = ratios.groupby("arm", sort=False)["config"].nunique()
     for _, row in ratios.iterrows():
-        table.rows.append([text(row["arm"]), text(row["config"]), number(row["ratio"], badge=badge)])
-    for arm, value in geomeans.items():
+        table.rows.append(
+            [text(row["arm"]), text(row["config"]), number(row["ratio"], badge=badge), number(row["cpu_ratio"])]
+        )
+    wall, cpu = geometric_means(ratios), geometric_means(ratios.dropna(subset=["cpu_ratio"]), "cpu_ratio")
+    for arm, value in wall.items():
         if several.get(arm, 0) > 1:
-            table.rows.append([text(arm), text("geometric mean"), number(value, badge=badge)])
+            table.rows.append([text(arm), text("geometric mean"), number(value, badge=badge), number(cpu.get(arm))])
     return table
 
 
@@ -204,6 +222,29 @@ def env_table(records: list[dict]) -> Table:
             ]
         )
     return table
+
+
+def flatten(values: dict, prefix: str = "") -> dict:
+    """Nested mappings as "outer.inner" rows; a list of numbers or words as one line, a list of mappings as one
+    line per entry ("name=replicate size=1"): a run page shows no raw dict."""
+    out: dict = {}
+    for k, v in values.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out |= flatten(v, f"{name}.") if v else {name: "—"}
+        elif isinstance(v, list):
+            out[name] = "; ".join(_entry(item) for item in v) or "—"
+        else:
+            out[name] = v
+    return out
+
+
+def _entry(item: Any) -> str:
+    if isinstance(item, dict):
+        return " ".join(f"{k}={_entry(v)}" for k, v in item.items())
+    if isinstance(item, list):
+        return ",".join(_entry(v) for v in item)
+    return fmt_number(item) if _numeric(item) or item is None else str(item)
 
 
 def mapping_table(values: dict) -> Table:
