@@ -38,15 +38,16 @@ def run_cli(args: list[str], env: dict | None = None, timeout: float = 300) -> s
 class Runs:
     """Launches `python -m suite run ...` and returns its record; each distinct command runs once."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, tail: list[str] = TINY) -> None:
         self.folder = folder
+        self.tail = tail  # arguments after the command's own: the last of a repeated flag wins
         self._cache: dict[tuple, dict] = {}
 
     def __call__(self, *args: str, env: dict | None = None, expect_ok: bool = True) -> dict:
         key = (args, tuple(sorted((env or {}).items())))
         if key not in self._cache:
             out = self.folder / f"r{len(self._cache)}"
-            proc = run_cli(["run", *args, *TINY, "--results", str(out)], env=env)
+            proc = run_cli(["run", *args, *self.tail, "--results", str(out)], env=env)
             lines = proc.stdout.strip().splitlines()
             assert lines, f"no output; stderr:\n{proc.stderr[-3000:]}"
             if expect_ok:

@@ -30,6 +30,8 @@ def _check(method: str, nproc: int, precision: str = "fp32", **variant) -> None:
         ("pp", 5, {}, "5 stages but llama-tiny has 4 blocks"),
         ("pp", 4, {"microbatches": 2}, "2 microbatches cannot fill 4 stages"),
         ("pp", 2, {"microbatches": 3}, "micro_batch 8 cannot be split into 3 microbatches"),
+        ("ep", 2, {}, "llama-tiny has none: use --model llama-tiny-moe"),
+        ("cp", 3, {}, "seq_len 128 cannot be split into 3 equal chunks; use --set seq_len=126"),
     ],
 )
 def test_bad_shapes_are_one_line(method, nproc, variant, words):

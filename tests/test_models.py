@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from suite.models import MODELS, blocks_of, build_model, kind_of, model_config, num_params
 from suite.models.llama import LLAMA_CONFIGS, Llama, LlamaConfig
+from suite.models.moe import MOE_CONFIGS, MoE, active_params
 
 # A small GQA LLaMA (4 query heads share 2 K/V heads) for the tests that run a forward pass.
 SMALL = {"dim": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "ffn_dim": 64, "vocab_size": 64, "max_seq_len": 16}
@@ -21,6 +22,8 @@ LLAMA_SIZES = {
     "llama-1b": (1.24e9 * 0.97, 1.24e9 * 1.03),
     "llama-8b": (8.03e9 * 0.97, 8.03e9 * 1.03),
 }
+# 8 experts of 3 x 256 x 320 in each of 4 blocks beside llama-tiny's attention, embedding and head
+MOE_SIZES = {"llama-tiny-moe": (9.0e6, 9.1e6)}
 # Published sizes of the CIFAR variants (10 classes): ResNet-18 11.2M, WRN-18 (2x) about 4x that,
 # Swin-T 28.3M at 1000 classes less most of its head.
 IMAGE_SIZES = {"resnet18": (11.0e6, 11.4e6), "wrn18": (43e6, 46e6), "swin-t": (26.5e6, 28.5e6)}
@@ -38,16 +41,16 @@ def seeded(seed: int, **overrides) -> Llama:
 
 
 def test_every_named_size_is_registered():
-    assert set(LLAMA_SIZES) == set(LLAMA_CONFIGS)
-    assert set(MODELS) == set(LLAMA_SIZES) | set(IMAGE_SIZES)
+    assert set(LLAMA_SIZES) == set(LLAMA_CONFIGS) and set(MOE_SIZES) == set(MOE_CONFIGS)
+    assert set(MODELS) == set(LLAMA_SIZES) | set(MOE_SIZES) | set(IMAGE_SIZES)
 
 
-@pytest.mark.parametrize("name", list(LLAMA_SIZES) + list(IMAGE_SIZES))
+@pytest.mark.parametrize("name", list(LLAMA_SIZES) + list(MOE_SIZES) + list(IMAGE_SIZES))
 def test_parameter_count_is_in_ballpark(name):
     model = meta_build(name)
     count = num_params(model)
     print(f"{name}: {count:,} parameters")
-    low, high = (LLAMA_SIZES | IMAGE_SIZES)[name]
+    low, high = (LLAMA_SIZES | MOE_SIZES | IMAGE_SIZES)[name]
     assert low <= count <= high, f"{name} has {count:,} parameters, expected {low:,.0f}..{high:,.0f}"
 
 
@@ -58,6 +61,21 @@ def test_llama_1b_ties_and_8b_does_not():
     assert untied.output.weight is not untied.tok_embeddings.weight
     table = untied.tok_embeddings.weight.numel()
     assert untied.num_params(exclude_embedding=True) == num_params(untied) - table
+
+
+def test_moe_sends_each_token_to_its_top_k_experts():
+    torch.manual_seed(0)
+    model = build_model("llama-tiny-moe", n_layers=1, max_seq_len=16)
+    moe = model.layers[0].feed_forward
+    assert isinstance(moe, MoE) and active_params(model.cfg, num_params(model)) < num_params(model)
+    x = torch.randn(2, 16, 256)
+    weights, chosen = moe.route(x.reshape(-1, 256))
+    # the same sum written token by token: each token's k experts weighted by the softmax of their scores
+    expected = torch.stack(
+        [sum(w * moe.experts[e](t) for w, e in zip(ws, es)) for t, ws, es in zip(x.reshape(-1, 256), weights, chosen)]
+    )
+    torch.testing.assert_close(moe(x), expected.view_as(x), rtol=1e-5, atol=1e-6)
+    assert torch.allclose(weights.sum(-1), torch.ones(32))
 
 
 def test_llama_logits_shape():

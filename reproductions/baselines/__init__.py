@@ -1,7 +1,9 @@
 """The harness's own comparison of its matched baselines: DDP, FSDP2, HSDP, activation checkpointing, bf16."""
 
 from baselines.compose import FsdpTp, PpFsdp
+from baselines.cp import ContextParallelism
 from baselines.ddp import DDP
+from baselines.ep import ExpertLoad, ExpertParallel
 from baselines.fsdp import FSDP, HSDP
 from baselines.muon import MUON
 from baselines.optim import ADAMW
@@ -18,8 +20,8 @@ _ONE_REPLICA = (("micro_batch", 16), ("eval_every", 11))
 REPRODUCTION = Reproduction(
     name="baselines",
     description="DDP, FSDP2 and HSDP, with activation checkpointing and bf16, equal tokens (no paper claim)",
-    methods=(DDP, FSDP, HSDP, Zero1, TensorParallel, Pipeline, FsdpTp, PpFsdp),
-    meters=(PipelineBubble,),
+    methods=(DDP, FSDP, HSDP, Zero1, TensorParallel, Pipeline, FsdpTp, PpFsdp, ExpertParallel, ContextParallelism),
+    meters=(PipelineBubble, ExpertLoad),
     optimizers=(ADAMW, MUON),
     plan=plan,
     presets=("smoke", "gpu"),  # no paper claim, so no paper preset

@@ -14,6 +14,7 @@ from torchvision.models.resnet import BasicBlock
 from torchvision.models.swin_transformer import SwinTransformerBlock
 
 from suite.models.llama import LLAMA_CONFIGS, Block, Llama, LlamaConfig
+from suite.models.moe import MOE_CONFIGS, MoeConfig, MoeLlama
 from suite.models.vision import resnet18, swin_t, wrn18
 
 BLOCK_TYPES: tuple[type[nn.Module], ...] = (Block, BasicBlock, SwinTransformerBlock)
@@ -31,10 +32,15 @@ def _build_llama(**config: Any) -> nn.Module:
     return Llama(LlamaConfig(**config))
 
 
+def _build_moe(**config: Any) -> nn.Module:
+    return MoeLlama(MoeConfig(**config))
+
+
 _IMAGE_DEFAULTS = MappingProxyType({"num_classes": 10, "in_channels": 3})
 
 MODELS: dict[str, ModelSpec] = {
     **{name: ModelSpec(name, "lm", _build_llama, MappingProxyType(asdict(cfg))) for name, cfg in LLAMA_CONFIGS.items()},
+    **{name: ModelSpec(name, "lm", _build_moe, MappingProxyType(asdict(cfg))) for name, cfg in MOE_CONFIGS.items()},
     "resnet18": ModelSpec("resnet18", "image", resnet18, _IMAGE_DEFAULTS),
     "wrn18": ModelSpec("wrn18", "image", wrn18, _IMAGE_DEFAULTS),
     "swin-t": ModelSpec("swin-t", "image", swin_t, _IMAGE_DEFAULTS),

@@ -109,13 +109,16 @@ class Attention(nn.Module):
         q = apply_rope(self.wq(x).view(B, T, self.n_heads, self.head_dim), cos, sin)
         k = apply_rope(self.wk(x).view(B, T, self.n_kv_heads, self.head_dim), cos, sin)
         v = self.wv(x).view(B, T, self.n_kv_heads, self.head_dim)
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        out = self.attend(*(t.transpose(1, 2) for t in (q, k, v)))
+        return self.wo(out.transpose(1, 2).reshape(B, T, -1))
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Causal attention of q [B, H, T, D] over k, v [B, H_kv, T, D]; context parallelism replaces this step."""
         # Repeat K/V heads explicitly rather than pass enable_gqa: every SDPA backend and the FLOP
         # counter of every torch >= 2.6 then sees plain multi-head attention.
-        groups = self.n_heads // self.n_kv_heads
+        groups = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.wo(out.transpose(1, 2).reshape(B, T, -1))
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
     def init_weights(self, out_std: float) -> None:
         for linear in (self.wq, self.wk, self.wv):
@@ -144,12 +147,14 @@ class FeedForward(nn.Module):
 class Block(nn.Module):
     """One pre-norm residual block: the unit a strategy wraps (FSDP2, checkpointing) or drops."""
 
+    feed_forward_type: type[nn.Module] = FeedForward  # a mixture of experts in suite.models.moe
+
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()
         self.attention_norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
         self.attention = Attention(cfg)
         self.ffn_norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
-        self.feed_forward = FeedForward(cfg)
+        self.feed_forward = self.feed_forward_type(cfg)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         x = x + self.attention(self.attention_norm(x), cos, sin)
@@ -163,6 +168,8 @@ class Block(nn.Module):
 
 
 class Llama(nn.Module):
+    block_type: type[Block] = Block
+
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()
         self.cfg = cfg
@@ -171,7 +178,7 @@ class Llama(nn.Module):
         # meta -> to_empty -> init_weights consume the RNG identically and give the same model.
         with torch.device("meta"):
             self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.dim)
-            self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+            self.layers = nn.ModuleList(self.block_type(cfg) for _ in range(cfg.n_layers))
             self.norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
             self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
             self.register_buffer("rope_cos", torch.empty(cfg.max_seq_len, cfg.head_dim // 2), persistent=False)
