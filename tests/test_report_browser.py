@@ -221,3 +221,16 @@ def test_the_sdp_page_is_small_fast_and_legible(sdp_site, tmp_path_factory):
     for name, path in (("index", sdp_site / "index.html"), ("sdp", page)):
         assert not_blank(screenshot(path, shots / f"{name}.png", tmp, 3000)) > 50
     print(f"\nscreenshots of the report for a person to look at: {shots}")
+
+
+COMMITTED = sorted((Path(__file__).resolve().parents[1] / "reports").glob("*/reproductions/*.html"))
+
+
+@pytest.mark.parametrize("page", COMMITTED, ids=[p.stem for p in COMMITTED])
+def test_no_committed_reproduction_page_is_wider_than_its_window(page: Path, tmp_path: Path) -> None:
+    """Every committed reproduction page (dion's among them, whose long source-status badges once widened it to
+    2,040 px) fits the 1,400 px window: no horizontal scrollbar."""
+    assert any("dion" in p.name for p in COMMITTED)
+    state = probe(page, tmp_path)
+    assert state.get("probed") == "yes", state
+    assert json.loads(state["wide"]) == [], f"{page.name} is wider than the window"

@@ -14,8 +14,6 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-import seaborn as sns
-
 from suite.arms import arm_of
 
 OFF = ("none", "off", "")  # string values that mean "not used": left out of a label
@@ -26,7 +24,7 @@ PROVENANCE_ORDER = {"measured": 0, "counted": 1, "estimated": 2, "simulated": 3}
 # 15 arm colours, each at least 30 CIELAB units (ΔE76) from every verdict colour (glance.COLOURS, the badges)
 # and 20 from the grey of "shown, not judged", and 25 from each other; none lighter than L* 80, so a line reads
 # on white. Picked by those rules from tab10, Dark2, Set1, tab20, Paired, Accent and Trubetskoy's 20 distinct
-# colours (tests/test_report_site.py checks them). More arms than this get evenly spaced husl hues.
+# colours (tests/test_report_site.py checks them). More arms than this repeat them with another line style (_styles).
 PALETTE = [
     "#ff7f0e",
     "#17becf",
@@ -52,6 +50,7 @@ class Arm:
     colour: str  # "#rrggbb"
     config: str  # the full configuration in words
     varying: dict[str, str]  # the varying parameters' values, for the runs table's columns
+    dash: str = "solid"  # the line style (DASHES): a second channel where a kind has more arms than colours
 
 
 def key(record: dict) -> str:
@@ -214,17 +213,41 @@ def describe(record: dict) -> str:
     )
 
 
-def _colours(provenances: list[str]) -> list[str]:
-    """A colour per arm, counted afresh for each kind of evidence: each kind has its own figures, so its
-    arms get the most distinct colours; an arm keeps its colour in every figure of the page."""
-    counts = Counter(provenances)
+DASHES = ("solid", "dashed", "dotted", "dashdot")  # the second channel, one per optimizer (matplotlib's names)
+
+
+def _group_rank(record: dict, groups: dict[str, list], kinds: Counter) -> int:
+    """Where an arm's optimizer comes among its kind's, where the kind needs a second channel (else 0: the
+    arms keep the order of the page)."""
+    provenance = record["provenance"]
+    return 0 if kinds[provenance] <= len(PALETTE) else groups[provenance].index(optimizer_of(record))
+
+
+def _styles(firsts: list[dict]) -> list[tuple[str, str]]:
+    """A colour and a line style per arm, counted afresh for each kind of evidence (each kind has its own
+    figures); an arm keeps both in every figure of the page. Up to len(PALETTE) arms of a kind get a colour
+    each, all solid. Beyond that the palette repeats, never another hue (which could come near a verdict's):
+    arms are counted optimizer by optimizer and each optimizer gets its own line style, so two arms of one
+    colour are 15 apart in that count, hence of different optimizers and styles wherever an optimizer has at
+    most 15 arms; more than that in one optimizer moves on to the next style."""
+    kinds = Counter(r["provenance"] for r in firsts)
+    groups: dict[str, list[str | None]] = {}
+    for r in firsts:
+        groups.setdefault(r["provenance"], [])
+        if optimizer_of(r) not in groups[r["provenance"]]:
+            groups[r["provenance"]].append(optimizer_of(r))
+    order = sorted(range(len(firsts)), key=lambda i: _group_rank(firsts[i], groups, kinds))
     seen: Counter = Counter()
-    out = []
-    for provenance in provenances:
-        n = counts[provenance]
-        palette = PALETTE if n <= len(PALETTE) else sns.color_palette("husl", n).as_hex()
-        out.append(palette[seen[provenance]])
+    within: Counter = Counter()
+    out: list[tuple[str, str]] = [("", "")] * len(firsts)
+    for i in order:
+        r, provenance = firsts[i], firsts[i]["provenance"]
+        group = (provenance, optimizer_of(r))
+        n = seen[provenance]
+        dash = _group_rank(r, groups, kinds) + within[group] // len(PALETTE)
+        out[i] = (PALETTE[n % len(PALETTE)], DASHES[dash % len(DASHES)])
         seen[provenance] += 1
+        within[group] += 1
     return out
 
 
@@ -247,7 +270,7 @@ def arms(records: list[dict]) -> dict[str, Arm]:
         k: label if len(label) <= LABEL_LIMIT else f"{label[: LABEL_LIMIT - 5].rstrip()} #{i}"
         for i, (k, label) in enumerate(labels.items(), 1)
     }
-    colours = _colours([r["provenance"] for r in firsts.values()])
+    styles = _styles(list(firsts.values()))
     names = {n for r in records for n in _dims(r) if n.startswith(("variant.", "setting."))}
     columns = sorted(n for n in names if _varies(records, n))  # each name once: per record, it was quadratic
     return {
@@ -256,6 +279,7 @@ def arms(records: list[dict]) -> dict[str, Arm]:
             colour,
             describe(r),
             {c.split(".", 1)[1]: _value(_dims(r).get(c, "—")) for c in columns},
+            dash,
         )
-        for (k, r), colour in zip(firsts.items(), colours)
+        for (k, r), (colour, dash) in zip(firsts.items(), styles)
     }

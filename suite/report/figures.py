@@ -151,8 +151,11 @@ def _byte_unit(largest: float) -> tuple[float, str]:
     return 1.0, "bytes"
 
 
-def loss_curves(curve: pd.DataFrame, label: str, colours: dict[str, str]) -> Chart | None:
-    """Loss against tokens, FLOPs and wall time: mean over seeds with a min-max band.
+def loss_curves(
+    curve: pd.DataFrame, label: str, colours: dict[str, str], dashes: dict[str, str] | None = None
+) -> Chart | None:
+    """Loss against tokens, FLOPs and wall time: mean over seeds with a min-max band, each arm in its colour and
+    line style (arms.py); arms whose curves coincide exactly are named under the figure.
 
     Validation loss where every arm has a curve of it, else training loss: one row keeps the figure cheap.
     """
@@ -163,23 +166,30 @@ def loss_curves(curve: pd.DataFrame, label: str, colours: dict[str, str]) -> Cha
             break
     else:
         return None
+    dashes = dashes or {}
     arms = list(dict.fromkeys(curve["arm"]))
     legend_width = 0.5 + text_inches([safe(a) for a in arms])
     fig, axes = figure(11 + legend_width, max(3.2, _legend_inches(len(arms))), 1, 3)
     for ax, (x, x_label) in zip(axes[0], axes_x):
         for arm, band in bands[x].groupby("arm", sort=False):
-            ax.plot(band["x"], band["mean"], color=colours[arm], label=safe(arm), linewidth=1.6)
+            style = dashes.get(arm, "solid")
+            ax.plot(band["x"], band["mean"], color=colours[arm], label=safe(arm), linewidth=1.6, linestyle=style)
             ax.fill_between(band["x"], band["low"], band["high"], color=colours[arm], alpha=0.2, linewidth=0)
         ax.set_xlabel(x_label)
         ax.xaxis.get_offset_text().set_fontsize("small")
     axes[0, 0].set_ylabel(y.replace("_", " "))
     fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="center right", fontsize="small", frameon=False)
     margins(fig, left=0.65, bottom=0.6, right=legend_width, wspace=0.22)
-    return chart(
-        fig,
-        f"{y.replace('_', ' ').capitalize()} against tokens, FLOPs and wall time ({label})",
-        "Line: mean over seeds; band: lowest to highest seed.",
-    )
+    caption = "Line: mean over seeds; band: lowest to highest seed." + _coincide_note(frames.coinciding(curve, y))
+    return chart(fig, f"{y.replace('_', ' ').capitalize()} against tokens, FLOPs and wall time ({label})", caption)
+
+
+def _coincide_note(groups: list[list[str]]) -> str:
+    """The arms drawn on top of each other, said in words (a line hidden under another is invisible)."""
+    if not groups:
+        return ""
+    said = "; ".join(" and ".join(group) for group in groups)
+    return f" Coinciding exactly (the same loss at every step, so one line hides the others): {said}."
 
 
 def memory_bars(memory: pd.DataFrame, label: str) -> Chart | None:
@@ -355,31 +365,54 @@ def _throughput_caption(several: bool, unsteady: pd.Series) -> str:
     )
 
 
-def calibration_sweep(
-    points: list[tuple[str, float, bool]], paper: float, within: float, baseline: str
-) -> Chart | None:
-    """The baseline's value at every swept setting against the paper's number and its band (`calibrate`)."""
-    if not points:
+@dataclass(frozen=True)
+class Sweep:
+    """One baseline's value at every swept setting, against the paper's number for it and the band."""
+
+    baseline: str
+    paper: float
+    within: float
+    points: tuple[tuple[str, float, bool], ...]  # (setting, value, whether every jointly calibrated arm fits)
+
+
+def calibration_sweep(sweeps: list[Sweep], cards: list[str]) -> Chart | None:
+    """A paper table's calibration (`calibrate` with `jointly`): a panel per baseline over the same settings,
+    drawn once for the cards of that table, which are judged at one setting. Bytes in GB (10^9), the unit the
+    paper's table prints."""
+    sweeps = [s for s in sweeps if s.points]
+    if not sweeps:
         return None
-    scale = 1e9
-    labels = [wrap(setting.replace("model=", ""), 24) for setting, _, _ in points]
+    settings = list(dict.fromkeys(setting for s in sweeps for setting, _, _ in s.points))
+    labels = [wrap(setting.replace("model=", ""), 24) for setting in settings]
     lines = sum(label.count("\n") + 1 for label in labels)
-    fig, axes = figure(5.0, 0.9 + 0.2 * lines + 0.1 * len(points))
-    ax = axes[0, 0]
-    colours = ["#137333" if fits else "#9aa0a6" for _, _, fits in points]
-    ax.barh(range(len(points)), [v / scale for _, v, _ in points], color=colours)
-    ax.axvspan(paper * (1 - within) / scale, paper * (1 + within) / scale, color="#fbbc04", alpha=0.3)
-    ax.axvline(paper / scale, color="#b06000", linewidth=1.5)
-    ax.set_yticks(range(len(points)), labels)
-    ax.invert_yaxis()
-    ax.set_xlabel(f"{safe(baseline, 16)} peak per device (GB = 10^9 B)")
-    margins(fig, left=0.3 + text_inches(labels), bottom=0.55, top=0.15, right=0.25)
-    fits = sum(f for _, _, f in points)
+    fig, axes = figure(2.2 + 3.2 * len(sweeps), 0.9 + 0.2 * lines + 0.1 * len(settings), 1, len(sweeps), sharey=True)
+    for ax, sweep in zip(axes[0], sweeps):
+        _sweep_panel(ax, sweep, settings)
+    axes[0, 0].set_yticks(range(len(settings)), labels)
+    axes[0, 0].invert_yaxis()
+    margins(fig, left=0.3 + text_inches(labels), bottom=0.55, top=0.15, right=0.25, wspace=0.15)
+    fits = sum(f for _, _, f in sweeps[0].points)
     caption = (
-        f"{fits} of {len(points)} settings put {baseline} within {within:.0%} of the paper's value (green); "
-        f"the paper's value and ±{within:.0%} in orange"
+        f"{fits} of {len(settings)} settings put every baseline within {sweeps[0].within:.0%} of the paper's "
+        f"value (green); the paper's value and ±{sweeps[0].within:.0%} in orange. One sweep for the cards "
+        f"{', '.join(cards)}: one setting for the whole table."
     )
-    return chart(fig, f"Calibration of {baseline}", caption)
+    return chart(fig, f"Calibration of {' and '.join(s.baseline for s in sweeps)}", caption)
+
+
+def _sweep_panel(ax, sweep: Sweep, settings: list[str]) -> None:
+    values = {setting: (value, fits) for setting, value, fits in sweep.points}
+    rows = [i for i, setting in enumerate(settings) if setting in values]
+    scale = 1e9
+    ax.barh(
+        rows,
+        [values[settings[i]][0] / scale for i in rows],
+        color=["#137333" if values[settings[i]][1] else "#9aa0a6" for i in rows],
+    )
+    low, high = sweep.paper * (1 - sweep.within), sweep.paper * (1 + sweep.within)
+    ax.axvspan(low / scale, high / scale, color="#fbbc04", alpha=0.3)
+    ax.axvline(sweep.paper / scale, color="#b06000", linewidth=1.5)
+    ax.set_xlabel(wrap(f"{sweep.baseline} peak per device (GB)", 30))
 
 
 def _ticks(low: float, high: float, count: int = 5) -> list[float]:

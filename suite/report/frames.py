@@ -33,6 +33,17 @@ def curves(records: list[dict], labels: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["arm", "run", "step", "tokens", "flops", "wall_s", "train_loss", "val_loss"])
 
 
+def coinciding(curve: pd.DataFrame, y: str) -> list[list[str]]:
+    """Groups of arms whose `y` is exactly equal at every step (the mean over seeds; on CPU two methods can
+    compute bit-identical losses): drawn, one line hides the others, so the figure names them."""
+    series: dict[tuple, list[str]] = {}
+    for arm, rows in curve.dropna(subset=[y]).groupby("arm", sort=False):
+        means = rows.groupby("step")[y].mean()
+        if len(means) > 1:
+            series.setdefault((tuple(means.index), tuple(means.to_numpy(float))), []).append(arm)
+    return [arms for arms in series.values() if len(arms) > 1]
+
+
 def seed_band(curve: pd.DataFrame, x: str, y: str, points: int = 60) -> pd.DataFrame:
     """Per arm: mean, min and max of `y` over runs (seeds) on a common grid of `x`.
 

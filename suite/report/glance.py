@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import Counter
 
 import numpy as np
@@ -407,7 +408,7 @@ def claim_runs(
         return None
     rows = rows.assign(arm=[labels.get(r, m) for r, m in zip(rows["run_id"], rows["method"])])
     arms = list(dict.fromkeys(rows["arm"]))
-    divisor, unit = _unit(field, float(rows["value"].abs().max()))
+    divisor, unit = _unit(field, float(rows["value"].abs().max()), decimal=in_gb(claim))
     fig, axes = figure(5.2, 0.3 * len(arms) + 0.95)
     ax = axes[0, 0]
     for y, arm in enumerate(arms):
@@ -446,7 +447,15 @@ def claim_runs(
     )
 
 
-def _unit(field: str | None, largest: float) -> tuple[float, str]:
+def in_gb(claim: Claim) -> bool:
+    """Whether the paper states this card's bytes in GB (10^9): its unit, its statement or the absolute value
+    it is calibrated on. The card's figure then uses GB too, so one card never mixes GB and GiB."""
+    return claim.calibrate is not None or re.search(r"\bGB\b", f"{claim.unit} {claim.statement}") is not None
+
+
+def _unit(field: str | None, largest: float, decimal: bool = False) -> tuple[float, str]:
+    if field and "bytes" in field and decimal:
+        return 1e9, "GB, 10^9 bytes"
     if field and "bytes" in field:
         for power, unit in ((4, "TiB"), (3, "GiB"), (2, "MiB"), (1, "KiB")):
             if largest >= 1024**power:

@@ -47,6 +47,10 @@ class Reproduction:
         return {a.label: a.colour for a in self.arms.values()}
 
     @property
+    def dashes(self) -> dict[str, str]:
+        return {a.label: a.dash for a in self.arms.values()}
+
+    @property
     def counts(self) -> list[tuple[str, int]]:
         return glance.counts(self.verdicts)
 
@@ -124,6 +128,8 @@ def reproduction_context(repro: Reproduction, run_hrefs: dict[int, str], records
     labels = {rec["run_id"]: repro.label(rec) for rec in repro.records}
     order = {key: i for i, key in enumerate(repro.arms)}
     ordered = sorted(repro.records, key=lambda r: (order[armlib.key(r)], r["env"]["seed"]))
+    calibrations = calibration_tables(repro.verdicts)
+    tables_of = {card: c["anchor"] for c in calibrations for card in c["cards"]}
     sections = []
     for label in EVIDENCE:
         subset = [rec for rec in ordered if _label(rec) == label]
@@ -140,7 +146,8 @@ def reproduction_context(repro: Reproduction, run_hrefs: dict[int, str], records
         "unsteady": unsteady_warning(frames.unsteady(*_measured_runs(repro))),
         "glance": repro.glance,
         "claims": claim_rows(repro, ""),
-        "cards": [_card(c, v, by_id, repro, labels) for c, v in repro.verdicts],
+        "cards": [_card(c, v, by_id, repro, labels, tables_of) for c, v in repro.verdicts],
+        "calibrations": calibrations,
         "arms": arm_table(repro),
         "sections": sections,
         "estimates": estimates_beside(repro.records, records, run_hrefs),
@@ -185,7 +192,7 @@ def arm_table(repro: Reproduction) -> Table:
         evidence = ", ".join(e for e in EVIDENCE if e in {_label(r) for r in runs})
         table.rows.append(
             [
-                Cell(arm.label, arm.label, colour=arm.colour),
+                Cell(arm.label, arm.label, colour=arm.colour, dash=arm.dash),
                 tables.text(arm.config),
                 tables.number(len(runs)),
                 tables.text(evidence),
@@ -202,7 +209,7 @@ def _section(repro: Reproduction, label: str, records: list[dict], hrefs: list[s
     # a simulated record projects time only: its memory and bytes are its estimate's, drawn in that section
     projection = label == "simulated"
     charts = [
-        None if projection else figures.loss_curves(frames.curves(records, names), label, colours),
+        None if projection else figures.loss_curves(frames.curves(records, names), label, colours, repro.dashes),
         None if projection else figures.memory_bars(frames.memory(records, names), label),
         None if projection else figures.comm_bytes(frames.comm(records, names), label),
         figures.throughput(ratios, reference, label, colours, unsteady) if reference else None,
@@ -235,7 +242,37 @@ def unsteady_warning(unsteady: pd.Series) -> str | None:
     )
 
 
-def _card(claim: Claim, verdict: Verdict, run_hrefs: dict[str, str], repro: Reproduction, labels: dict) -> dict:
+def calibration_key(claim: Claim) -> tuple:
+    """What identifies a paper table's calibration: the model and every absolute value calibrated jointly (the
+    cards of one table list the same values, each with its own baseline first)."""
+    cal = claim.calibrate
+    return (claim.metric.get("model"), tuple(sorted([cal.value, *(j.value for j in cal.jointly)])))
+
+
+def calibration_tables(verdicts: list[tuple[Claim, Verdict]]) -> list[dict]:
+    """One calibration figure per paper table, not a copy per card: the cards calibrated on the same values
+    share one sweep (a panel per baseline), and each card links to it."""
+    groups: dict[tuple, list[tuple[Claim, Verdict]]] = {}
+    for claim, verdict in verdicts:
+        if claim.calibrate is not None and verdict.calibration:
+            groups.setdefault(calibration_key(claim), []).append((claim, verdict))
+    out = []
+    for n, members in enumerate(groups.values(), 1):
+        sweeps: dict[str, figures.Sweep] = {}
+        for claim, verdict in members:
+            baseline = claim.metric.get("baseline", "")
+            sweeps.setdefault(
+                baseline, figures.Sweep(baseline, claim.calibrate.value, claim.calibrate.within, verdict.calibration)
+            )
+        cards = [claim.id for claim, _ in members]
+        chart = figures.calibration_sweep(list(sweeps.values()), cards)
+        out.append({"anchor": f"calibration-{n}", "chart": chart, "cards": cards})
+    return out
+
+
+def _card(
+    claim: Claim, verdict: Verdict, run_hrefs: dict[str, str], repro: Reproduction, labels: dict, tables_of: dict
+) -> dict:
     spec = ", ".join(
         f"{k}={json.dumps(v) if isinstance(v, dict) else v}" for k, v in claim.metric.items() if k != "name"
     )
@@ -254,12 +291,7 @@ def _card(claim: Claim, verdict: Verdict, run_hrefs: dict[str, str], repro: Repr
         "baseline": None if verdict.baseline is None else f"{fmt_number(verdict.baseline)} {claim.unit}".strip(),
         "band": verdict.band,
         "figure": glance.claim_runs(claim, verdict, repro.frame, labels, repro.colours),
-        "calibration": figures.calibration_sweep(
-            list(verdict.calibration),
-            claim.calibrate.value if claim.calibrate else 0.0,
-            claim.calibrate.within if claim.calibrate else 0.0,
-            claim.metric.get("baseline", ""),
-        ),
+        "calibration": tables_of.get(claim.id),
         "setting": verdict.setting,
         "shown": [(s.label, f"{fmt_number(s.value)} {claim.unit}".strip(), s.evidence) for s in verdict.shown],
         "ratio": "—" if verdict.ratio_to_paper is None else f"{verdict.ratio_to_paper:.3g}x the paper's value",

@@ -26,6 +26,7 @@ class Cell:
     href: str | None = None
     badge: str | None = None  # a provenance or verdict label shown as a badge
     colour: str | None = None  # an arm's colour ("#rrggbb"), shown as a swatch before the text
+    dash: str = "solid"  # the arm's line style (arms.DASHES), drawn into the swatch where it is not solid
 
 
 @dataclass(frozen=True)
