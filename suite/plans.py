@@ -64,3 +64,37 @@ def load_plan(name: str, preset: str) -> Plan:
     for cfg in plan.runs:
         cfg.command = command_line(cfg)
     return plan
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The learning-rate schedule of a quality protocol, one rule for every arm of a card (issue 26): linear
+    warm-up over `warmup` of the baseline's steps, then cosine down to `min_lr_ratio` over each arm's own budget
+    (suite/optim.py: the cosine follows the fraction of the budget spent, so an arm that trains longer under an
+    equal-FLOPs budget decays over its longer run and every arm ends its schedule where it stops)."""
+
+    warmup: float = 0.1
+    min_lr_ratio: float = 0.1
+
+    def settings(self, baseline_steps: int) -> dict:
+        """The RunConfig fields of every arm of a card whose baseline runs `baseline_steps` steps."""
+        warmup_steps = max(1, round(self.warmup * baseline_steps))
+        return {"warmup_steps": warmup_steps, "lr_decay": "cosine", "min_lr_ratio": self.min_lr_ratio}
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """An arm's wall seconds per training step and per validation pass on the machine a preset is sized for
+    (2 quiet cores), read from the committed smoke records of the same model, world size and micro-batch: the
+    larger of the record's median wall step (`throughput.step_s_median`) and its CPU demand, world size x
+    `throughput.cpu_step_s_median` / cores; per evaluation, `timing.eval_s` over the record's evaluations."""
+
+    step_s: float
+    eval_s: float
+
+
+def estimated_wall_s(runs: list[tuple[StepCost, float, int]], per_run_s: float = 2.0, launch_s: float = 30.0) -> float:
+    """Estimated (not measured) wall seconds of a plan: each run is (its arm's cost, steps, evaluations);
+    `per_run_s` covers a run's set-up and record in a shared launch, `launch_s` one torchrun launch and the
+    workers' imports (the smoke plans' summaries: 10-30 s)."""
+    return launch_s + sum(c.step_s * steps + c.eval_s * evals + per_run_s for c, steps, evals in runs)

@@ -15,10 +15,11 @@ import pytest
 import torch
 
 from reproductions.flash_io.micro import BACKENDS
-from suite import config
+from suite import config, models
 from suite.claims import Claim, claims_for
-from suite.extensions import reproductions
-from suite.metrics import side
+from suite.data import default_data_for
+from suite.extensions import get_reproduction, reproductions
+from suite.metrics import one_arm, side
 from suite.optim import get_spec, split_variant
 from suite.params import resolved
 from suite.plans import Plan, load_plan
@@ -51,12 +52,24 @@ def planned_row(cfg: config.RunConfig) -> dict:
     }
     settings = dataclasses.asdict(cfg)
     arm = {k: settings[k] for k in config.ARM if k in settings and k != "nproc"}
-    arm.update(method=cfg.method, model=cfg.model, world_size=cfg.nproc, protocol=_protocol(cfg))
+    arm.update(
+        method=cfg.method,
+        model=cfg.model,
+        world_size=cfg.nproc,
+        protocol=_protocol(cfg),
+        data=cfg.data or default_data_for(models.kind_of(cfg.model)),
+        budget=cfg.tokens or cfg.flops or cfg.time_s,  # as suite/protocols.py records it (a target run: none)
+    )
     return {
+        "reproduction": cfg.reproduction,
+        "seed": cfg.seed,
+        "setting": f"{cfg.model} {cfg.seq_len} {cfg.micro_batch} {cfg.grad_accum} {cfg.precision}",
         "method": cfg.method,
         "model": cfg.model,
         "variant": json.dumps(variant, sort_keys=True, default=str),
         "arm_config": json.dumps(arm, sort_keys=True, default=str),
+        "arm": json.dumps({**arm, "variant": variant}, sort_keys=True, default=str),  # a record's arm key hashes both
+        "arm_label": f"{cfg.method} {variant}",
         "protocol": _protocol(cfg),
     }
 
@@ -98,3 +111,25 @@ def test_every_cards_command_plans_the_arms_it_reads(name, card, monkeypatch):
         monkeypatch.setattr(sdp_plan, "step_flops", lambda model, sequences, seq_len: 1e12 * sequences)
     plan = load_plan(name, preset.group(1))
     assert not missing_sides(card, plan), f"{card.id}: `{card.command}` plans no {missing_sides(card, plan)}"
+
+
+# the CPU presets each write a results folder of their own; every card of the reproduction is judged on it
+CPU_PRESETS = [(name, card, preset) for name, card in CARDS for preset in ("smoke", "quality")]
+
+
+@pytest.mark.parametrize(
+    "name, card, preset", CPU_PRESETS, ids=[f"{card.id}@{preset}" for _, card, preset in CPU_PRESETS]
+)
+def test_every_card_reads_one_arm_per_side_in_each_cpu_preset(name, card, preset):
+    """A side that matches two arms of one setting is a ClaimsError that takes the reproduction's verdicts with
+    it (suite/metrics.py one_arm): with two budgets in the quality preset, every card must name its own."""
+    if preset not in get_reproduction(name).presets or card.metric["name"].startswith("micro"):
+        pytest.skip(f"{name} has no {preset} preset, or the card reads microbenchmark items")
+    # measured runs only: estimates are another kind of evidence, never pooled with them (suite/verdicts.py)
+    df = pd.DataFrame([planned_row(c) for c in load_plan(name, preset).runs])
+    df = df[df["reproduction"] == name]  # a plan may file runs elsewhere (dion's sweep): verdicts never read them
+    for baseline, protocol in ((False, card.protocol), (True, card.baseline_protocol or card.protocol)):
+        if baseline and not card.metric.get("baseline"):
+            continue
+        rows = side(df, card.metric, baseline=baseline)
+        one_arm(rows[rows["protocol"] == protocol] if protocol else rows, f"{card.id}'s side")

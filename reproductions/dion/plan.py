@@ -17,6 +17,11 @@ Smoke (this machine, 2 cores, gloo), in three parts:
   (SCALAR_LR), so the arms differ in the matrix optimizer and its rate only;
 - everything at fp32; Muon's Newton-Schulz runs in bf16 as specified (slow on an AVX2-only CPU, which
   this comparison does not hide).
+Quality (CPU, not yet run; estimated 64 minutes on 2 quiet cores, see quality_wall_s): the four quality arms of
+smoke (AdamW, Muon, Dion at rank 1/4 and at full rank) on the stdlib corpus at two budgets a factor 2 apart
+(QUALITY_STEPS), seeds QUALITY_SEEDS, one schedule for every arm (QUALITY_SCHEDULE: warm-up over 10% of the steps,
+then cosine over the budget), each at its rate from the smoke sweep (LR_PICKED, picked at 40 constant-rate steps;
+not tuned again here);
 GPU: llama-134m, the same arms on every visible GPU: the wall-clock claims are about GPUs, and this
 machine's CPU timings do not test them. Target (8+ GPUs): llama-1b, AdamW and Dion at rank 1/4 to one validation
 loss (TARGET_LOSS), three seeds, the wall-clock card's runs. Paper: the paper's 3B runs are not in reach; the
@@ -32,7 +37,7 @@ import torch
 from reproductions.dion.micro import OPTIMIZERS
 from suite.config import RunConfig
 from suite.micro import Microbench
-from suite.plans import Plan
+from suite.plans import Plan, Schedule, StepCost, estimated_wall_s
 
 SWEEP = "dion-lr-sweep"
 RANK_FRACTIONS = (1.0, 0.5, 0.25, 0.0625)
@@ -48,6 +53,19 @@ SCALAR_LR = LR_PICKED["adamw"]
 COST_LR = {"adamw": 3e-3, "muon": 0.02, "dion": 0.02}
 QUALITY = dict(model="llama-tiny", device="cpu", nproc=1, micro_batch=8, seq_len=128, eval_every=10, log_every=10)
 QUALITY_STEPS, QUALITY_SEEDS, QUALITY_FRACTION = 40, (1, 2, 3), 0.25
+# Quality preset (issue 26): stdlib corpus (9.7M training tokens; the longer budget reads 1,000 x 1,024 = 1.0M, 0.11
+# epochs), two budgets a factor 2 apart (a card per budget), one schedule rule for every arm
+LONG = {**QUALITY, "data": "stdlib", "eval_every": 25}
+LONG_STEPS = (500, 1000)
+QUALITY_SCHEDULE = Schedule(warmup=0.1)
+# Wall seconds per step and per evaluation on 2 cores, from the quality runs of results/dion-smoke (medians over
+# seeds; StepCost), by (optimizer, rank fraction)
+QUALITY_COSTS = {
+    ("adamw", None): StepCost(0.156, 0.19),
+    ("muon", None): StepCost(0.196, 0.19),
+    ("dion", 0.25): StepCost(0.179, 0.21),
+    ("dion", 1.0): StepCost(0.267, 0.20),
+}
 MECH = dict(model="llama-tiny", device="cpu", micro_batch=4, seq_len=128, eval_every=100, log_every=5)
 MECH_STEPS = 8
 TIME_WORLD, TIME_SEEDS = 4, (0, 1, 2)
@@ -68,7 +86,7 @@ GPU_STEPS = 300
 # run; the rates are the smoke sweep's (tuned on llama-tiny, not at 1B), which the card states
 TARGET = dict(model="llama-1b", device="cuda", seq_len=1024, micro_batch=4, eval_every=50, log_every=10)
 TARGET_LOSS, TARGET_MAX_TOKENS, TARGET_GPUS = 3.5, 2e9, 8
-PRESETS = ("smoke", "gpu", "target", "paper")
+PRESETS = ("smoke", "quality", "gpu", "target", "paper")
 
 
 def _arm(optimizer: str, variant: dict) -> dict:
@@ -92,13 +110,41 @@ def quality_runs(common: dict, steps: int, seeds: tuple[int, ...]) -> list[RunCo
         for o, v in arms
         for lr in LR_GRID[o]
     ]
-    arms.append(("dion", {"rank_fraction": 1.0}))
-    runs += [
+    return runs + picked_runs(common, steps, seeds)
+
+
+def picked_runs(common: dict, steps: int, seeds: tuple[int, ...]) -> list[RunConfig]:
+    """The four quality arms at their picked rates (LR_PICKED), `steps` steps of the same tokens each."""
+    budget = {"tokens": _tokens(steps, common["nproc"], common)}
+    arms = [
+        ("adamw", {}),
+        ("muon", {}),
+        ("dion", {"rank_fraction": QUALITY_FRACTION}),
+        ("dion", {"rank_fraction": 1.0}),
+    ]
+    return [
         RunConfig(optimizer=o, lr=LR_PICKED[o], seed=s, variant=_arm(o, v), **budget, **common)
         for s in seeds
         for o, v in arms
     ]
-    return runs
+
+
+def _long() -> list[RunConfig]:
+    return [
+        cfg
+        for steps in LONG_STEPS
+        for cfg in picked_runs({**LONG, **QUALITY_SCHEDULE.settings(steps)}, steps, QUALITY_SEEDS)
+    ]
+
+
+def quality_wall_s(runs: list[RunConfig]) -> float:
+    """Estimated wall seconds of the quality preset's runs on 2 quiet cores (QUALITY_COSTS; not measured)."""
+    items = []
+    for cfg in runs:
+        steps = cfg.tokens / _tokens(1, cfg.nproc, LONG)
+        cost = QUALITY_COSTS[(cfg.optimizer, cfg.variant.get("rank_fraction"))]
+        items.append((cost, steps, int(steps // cfg.eval_every)))
+    return estimated_wall_s(items)
 
 
 def mechanism_runs(common: dict, steps: int, worlds: tuple[int, ...] | None = None) -> list[RunConfig]:
@@ -175,6 +221,10 @@ def plan(preset: str) -> Plan:
         runs = [*mechanism_runs(MECH, MECH_STEPS), *quality_runs(QUALITY, QUALITY_STEPS, QUALITY_SEEDS)]
         micro = micro_items()
         notes.append("CPU timings: the GPU wall-clock claims are not testable here (--preset gpu)")
+    elif preset == "quality":
+        runs, micro = _long(), []
+        notes.append(f"estimated wall time {quality_wall_s(runs) / 60:.0f} minutes on 2 quiet cores (not measured)")
+        notes.append("learning rates from the smoke sweep (40 steps, constant rate), not tuned for this schedule")
     elif preset == "gpu":
         runs, micro = _gpu()
     elif preset == "target":

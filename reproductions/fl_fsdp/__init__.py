@@ -6,7 +6,7 @@ Throughput, bytes per tier, memory and perplexity at equal tokens (README.md her
 from pathlib import Path
 
 from reproductions.fl_fsdp.method import FLHSDP, DiLoCo, Federated, LocalSGD
-from reproductions.fl_fsdp.plan import plan
+from reproductions.fl_fsdp.plan import PRESETS, plan
 from reproductions.fl_fsdp.sgd import SGD
 from suite.extensions import Reproduction
 from suite.pairs import Config, Pair
@@ -26,6 +26,7 @@ REPRODUCTION = Reproduction(
     methods=(Federated, FLHSDP, DiLoCo, LocalSGD),
     optimizers=(SGD,),
     plan=plan,
+    presets=tuple(PRESETS),
     claims=Path(__file__).with_name("claims.yaml"),
     # 4 ranks: 2 groups of 2 against one mesh of 4 (fsdp) or 2 x 2 (hsdp); F = 4 and 16 steps, so the
     # timed steps (after the meters' steps 0-5) hold two whole periods

@@ -16,6 +16,10 @@ paper's four configurations of Llama 3.1 8B on 512 ranks (bf16 policy, 2,048-tok
 F = 8: a whole period of 10 fake steps), each projected onto 128 nodes of 4 A100 (suite/sim), labelled
 simulated; projection.py re-prices those ledgers for other F (inter-group bytes fall as 1 / F,
 tests/test_fl_fsdp_method.py) and inter-node bandwidths.
+Quality (CPU, not yet run; estimated 69 minutes on 2 quiet cores, see quality_wall_s): the four quality arms at 4
+ranks on the stdlib corpus, at two budgets a factor 2 apart (QUALITY_STEPS), FL_FSDP_SEEDS seeds (default 3), under
+the paper's schedule for every arm (QUALITY_SCHEDULE: 10% warm-up, then cosine over the budget) and the smoke
+learning rate (3e-3, identical for every arm as the paper's protocol has it; not tuned per arm).
 GPU: the same arms on every visible GPU (at least 4), llama-134m, 3 seeds. Paper: the paper's runs.
 """
 
@@ -27,12 +31,24 @@ from pathlib import Path
 import torch
 
 from suite.config import RunConfig
-from suite.plans import Estimate, Plan
+from suite.plans import Estimate, Plan, Schedule, StepCost, estimated_wall_s
 
 F = 8  # the paper's configs
 SMOKE = dict(model="llama-tiny", device="cpu", seq_len=128, micro_batch=4, eval_batches=4, log_every=8)
 SMOKE_WORKERS = 4
 WIDE = 6  # a world size whose groups of 3 do not divide llama-tiny's 256-row tensors
+# Quality preset (issue 26): stdlib corpus (9.7M training tokens; the longer budget reads 384 x 2,048 = 0.79M, 0.08
+# epochs), two budgets a factor 2 apart (a card per budget), whole aggregation periods (multiples of 2F)
+QUALITY = {**SMOKE, "data": "stdlib"}
+QUALITY_STEPS = (192, 384)
+QUALITY_SCHEDULE = Schedule(warmup=0.1)  # the paper's 10% warm-up, then cosine
+# Wall seconds per step and per evaluation on 2 cores, from results/fl-fsdp-smoke (medians over seeds; StepCost)
+QUALITY_COSTS = {
+    "fsdp": StepCost(0.660, 1.48),
+    "hsdp": StepCost(0.614, 1.13),
+    "fl-fsdp": StepCost(0.434, 0.92),
+    "fl-hsdp": StepCost(0.386, 0.67),
+}
 GPU = dict(model="llama-134m", device="cuda", seq_len=1024, micro_batch=8, lr=1e-3)
 GPU_STEPS = 512
 # The paper's setup (docs/sources.md#fl-fsdp): AdamW lr 3e-4, wd 0.1, betas (0.9, 0.95), 10% warm-up (the
@@ -85,6 +101,26 @@ def _smoke() -> list[RunConfig]:
     ]
 
 
+def _quality() -> list[RunConfig]:
+    seeds = range(_env("FL_FSDP_SEEDS", 3))
+    return [
+        cfg
+        for steps in QUALITY_STEPS
+        for cfg in _runs(
+            {**QUALITY, **QUALITY_SCHEDULE.settings(steps)}, SMOKE_WORKERS, steps, arms(SMOKE_WORKERS, 2), seeds
+        )
+    ]
+
+
+def quality_wall_s(runs: list[RunConfig]) -> float:
+    """Estimated wall seconds of the quality preset's runs on 2 quiet cores (QUALITY_COSTS; not measured)."""
+    items = []
+    for cfg in runs:
+        steps = cfg.tokens / (cfg.nproc * cfg.micro_batch * cfg.seq_len)
+        items.append((QUALITY_COSTS[cfg.method], steps, int(steps // cfg.eval_every)))
+    return estimated_wall_s(items)
+
+
 def _gpu() -> list[RunConfig]:
     gpus = torch.cuda.device_count()
     if gpus < 4:
@@ -117,16 +153,24 @@ def _estimates() -> list[Estimate]:
     return [*paper, wide]
 
 
+PRESETS = {"smoke": _smoke, "quality": _quality, "gpu": _gpu, "paper": _paper}
+
+
 def plan(preset: str) -> Plan:
-    runs = {"smoke": _smoke, "gpu": _gpu, "paper": _paper}[preset]()
-    estimates = _estimates()
+    runs = PRESETS[preset]()
+    estimates = [] if preset == "quality" else _estimates()  # the quality preset measures loss only
     notes = [
         "equal tokens and identical hyperparameters per arm (the paper's protocol): FL groups step on a "
         "global batch G/N of FSDP's; the learning rate is not tuned per arm (left for a later protocol)",
-        "paper-scale ledgers are estimated (fake tensors) and projected (suite/sim): simulated, never a verdict",
     ]
-    if preset == "smoke" and _env("FL_FSDP_SEEDS", 3) < 3:
+    if estimates:
+        notes.append(
+            "paper-scale ledgers are estimated (fake tensors) and projected (suite/sim): simulated, never a verdict"
+        )
+    if preset in ("smoke", "quality") and _env("FL_FSDP_SEEDS", 3) < 3:
         notes.append(f"{_env('FL_FSDP_SEEDS', 3)} seed(s) per quality arm: the quality cards need 3 (FL_FSDP_SEEDS=3)")
+    if preset == "quality":
+        notes.append(f"estimated wall time {quality_wall_s(runs) / 60:.0f} minutes on 2 quiet cores (not measured)")
     return Plan(
         preset,
         runs,

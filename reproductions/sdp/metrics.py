@@ -35,11 +35,13 @@ def state_vs_design(
     baseline: str,
     variant: dict | None = None,
     model: str | list[str] | None = None,
+    arm: dict | None = None,
+    baseline_arm: dict | None = None,
 ) -> Samples:
     """`field` of the method over the baseline's (paired as `ratio` pairs them), over the design's prediction
     for the method's run: 1 where the meter sees what the masks hold."""
-    mine = side(df, {"method": method, "variant": variant, "model": model})
+    mine = side(df, {"method": method, "variant": variant, "model": model, "arm": arm})
     paths = mine["path"].map(lambda p: design_state(p) if isinstance(p, str) else np.nan)
     scaled = df.assign(**{field: df[field].astype(float)})
     scaled.loc[mine.index, field] = mine[field].astype(float) / paths.astype(float)
-    return ratio(scaled, field, method, baseline, variant=variant, model=model)
+    return ratio(scaled, field, method, baseline, variant=variant, model=model, arm=arm, baseline_arm=baseline_arm)
