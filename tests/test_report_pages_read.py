@@ -14,7 +14,9 @@ from suite.report import arms, figures, frames
 from suite.report.build import build_report_for
 
 SDP = Path(__file__).resolve().parents[1] / "results" / "sdp-smoke"
-CALIBRATED = ("sdp-1b-memory", "sdp-fsdp-ac-1b", "sdp-fsdp-ac-1b-worker", "sdp-fsdp-ac-1b-vs-fsdp")
+# the 1B cards an estimate may decide (sdp-fsdp-ac-1b-worker, of the same table, is measured-only: its estimator
+# check misses the peak, tests/test_sdp_fsdp.py KNOWN_GAPS)
+CALIBRATED = ("sdp-1b-memory", "sdp-fsdp-ac-1b", "sdp-fsdp-ac-1b-vs-fsdp")
 
 
 @pytest.fixture(scope="module")
