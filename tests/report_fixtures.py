@@ -99,7 +99,7 @@ def make_record(
         "variant": variant,
         "baseline": method in ("ddp", "fsdp", "hsdp") if baseline is None else baseline,
         "model": {"name": model, "params": PARAMS, "config": {"n_layer": 4, "d_model": 256}},
-        "data": {"name": "embedded", "source": "suite/data", "split": "train", "seed": seed},
+        "data": {"name": "text", "source": "suite/data", "split": "train", "seed": seed},
         "parallel": {
             "world_size": world_size,
             "strategy": method,
