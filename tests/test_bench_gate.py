@@ -297,6 +297,21 @@ def test_the_loop_measure_is_the_median_over_arms_so_one_slow_arm_moves_it_littl
     assert loop.verdict == gate.OK and loop.measured == pytest.approx(1.0)
 
 
+def test_a_machine_that_slows_the_bare_loop_as_much_as_the_suites_does_not_fail_the_loop_measure():
+    bare = Config(BARE_LOOP)
+    pairs = [*TOY, Pair("suite/bare-loop", BASE, bare)]
+    speed = {**SPEED, bare.key: 1100.0}
+    reference = gate.reference_from(bench_json(speed, pairs), pairs, reason="with the bare loop")
+
+    def loop(slower: dict[str, float]) -> gate.Check:
+        return next(c for c in gate.compare(bench_json(slower, pairs), reference, pairs) if c.measure == "loop_units")
+
+    machine = loop({k: v / 1.2 for k, v in speed.items()})  # every loop 20% slower, the bare one too
+    assert machine.verdict == gate.OK and machine.measured == pytest.approx(1.0)
+    suite = loop({**{k: v / 1.2 for k, v in SPEED.items()}, bare.key: 1100.0})  # only the suite's loop
+    assert suite.verdict == gate.SLOWER and suite.measured == pytest.approx(1.2)
+
+
 def test_the_loop_measure_is_not_judged_when_the_calibration_kernels_show_an_unsteady_machine():
     slower = {k: v / 1.2 for k, v in SPEED.items()}  # every arm 20% slower: loop_units says SLOWER
 
