@@ -264,16 +264,26 @@ def cmd_report(args: argparse.Namespace, argv: list[str]) -> int:
     from suite.report import build_report, build_site
 
     if args.site is not None:
-        if args.results_dir is not None:
-            raise UsageError("give a results folder or --site, not both (--site reads built report folders)")
+        if args.results_dir:
+            raise UsageError("give results folders or --site, not both (--site reads built report folders)")
         print(build_site(args.site))
         return 0
-    if args.results_dir is None:
+    if not args.results_dir:
         raise UsageError("give the folder that holds the run records, or --site DIR to index built reports")
-    if not Path(args.results_dir).is_dir():
-        raise UsageError(f"no results folder {args.results_dir!r}; give the folder that holds the run records")
+    for folder in args.results_dir:
+        if not Path(folder).is_dir():
+            raise UsageError(f"no results folder {folder!r}; give the folder that holds the run records")
     print(build_report(args.results_dir, args.output))
     return 0
+
+
+def plan_runs(results: Path, name: str) -> list[Path]:
+    """`results` and the other plan runs of reproduction `name` beside it (NAME-PRESET folders, one per preset,
+    as `reproduce` names them): one reproduction's report shows every preset's records."""
+    from suite.extensions import get_reproduction
+
+    siblings = [results.parent / f"{name}-{preset}" for preset in get_reproduction(name).presets]
+    return sorted({results, *(p for p in siblings if p.is_dir())})
 
 
 def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
@@ -335,7 +345,7 @@ def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
         try:
             from suite.report import build_report, build_site
 
-            print(build_report(results, report))
+            print(build_report(plan_runs(results, args.name), report))
         except ImportError as err:
             print(f"report not written: {err}", file=sys.stderr)
         if (own := get_reproduction(args.name).report) is not None:
@@ -546,7 +556,7 @@ def parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     ver.add_argument("results", nargs="+", help="folders of run records")
     ver.add_argument("--json", action="store_true", help="JSON for scripts and CI")
     rp = sub.add_parser("report", help="regenerate the HTML report from run records alone")
-    rp.add_argument("results_dir", nargs="?", help="folder of run records")
+    rp.add_argument("results_dir", nargs="*", help="folders of run records (a reproduction's plan runs: one report)")
     rp.add_argument("-o", "--output", default="reports/latest")
     rp.add_argument(
         "--site",

@@ -621,7 +621,40 @@ def _judge_quality(claim: Claim, samples: Samples) -> dict[str, Any]:
     for word, p in tests.items():
         if p < ALPHA:
             return {"verdict": word, "reason": f"{words}; Welch p = {p:.3g} < {ALPHA}", "p": p}
-    return {"verdict": "inconclusive", "reason": f"{words}; noise too large (Welch p = {ok:.3g} >= {ALPHA})", "p": ok}
+    noise = _noise(mine, theirs, _boundaries(claim.test, m))
+    return {"verdict": "inconclusive", "reason": f"{words}; {noise} (Welch p = {ok:.3g} >= {ALPHA})", "p": ok}
+
+
+POWER = 0.8  # the power the seed count in an inconclusive verdict is planned for
+
+
+def _boundaries(test: str, margin: float) -> tuple[float, ...]:
+    """The values of d (method - baseline, lower is better) each test's decisions are about."""
+    return {"non-inferiority": (margin,), "superiority": (-margin,)}.get(test, (-margin, margin))
+
+
+def _noise(mine: np.ndarray, theirs: np.ndarray, boundaries: tuple[float, ...]) -> str:
+    """'noise (n seeds per arm, the 95% Welch interval of d, and the seeds per arm that would decide it)'.
+
+    The seeds are planned, not measured: the normal approximation n = 2 s^2 (z_(1-ALPHA) + z_POWER)^2 / delta^2
+    for a one-sided test, with s the arms' pooled standard deviation and delta the distance from the measured
+    difference to the nearest boundary the test decides on: at that spread and difference, n seeds per arm
+    show the side the difference lies on with probability POWER."""
+    from scipy import stats  # on use: see _welch
+
+    d = float(np.mean(mine) - np.mean(theirs))
+    va, vb = np.var(mine, ddof=1) / len(mine), np.var(theirs, ddof=1) / len(theirs)
+    df = (va + vb) ** 2 / (va**2 / (len(mine) - 1) + vb**2 / (len(theirs) - 1))
+    half = float(stats.t.ppf(1 - ALPHA / 2, df) * np.sqrt(va + vb))
+    n = min(len(mine), len(theirs))
+    text = f"noise ({n} seeds per arm; 95% interval of the difference [{d - half:+.4g}, {d + half:+.4g}]"
+    delta = min(abs(d - b) for b in boundaries)
+    pooled = float(np.sqrt((np.var(mine, ddof=1) + np.var(theirs, ddof=1)) / 2))
+    if delta == 0:
+        return f"{text}; the difference sits on the margin, no seed count decides it)"
+    z = stats.norm.ppf(1 - ALPHA) + stats.norm.ppf(POWER)
+    needed = int(np.ceil(2 * (pooled * z / delta) ** 2))
+    return f"{text}; about {needed} seeds per arm would decide it at {POWER:.0%} power, planned at this spread)"
 
 
 def _band_text(claim: Claim) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from suite.cli import plan_runs
 from suite.extensions import get_reproduction
 from suite.report import build_report, build_site
 from tests.test_report import Page
@@ -54,10 +55,11 @@ def differences(committed: Path, rebuilt: Path) -> dict[str, str]:
 
 def rebuild(name: str, out: Path) -> Path:
     """Run pages are named from their record's path as given, so the build reads results/ relative to the root,
-    as `reproduce` run from the repository did (the test chdirs there)."""
+    as `reproduce` run from the repository did (the test chdirs there). A report shows every committed plan run
+    of its reproduction (results/NAME-PRESET), as `reproduce` writes it."""
     results = Path("results") / f"{name}-smoke"
     assert results.is_dir(), f"reports/{name} has no records at results/{name}-smoke to rebuild it from"
-    build_report(results, out)
+    build_report(plan_runs(results, name), out)
     if (own := get_reproduction(name).report) is not None:
         own(results, out)
     return out

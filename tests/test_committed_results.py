@@ -1,8 +1,8 @@
-"""Every committed smoke results folder comes from one plan run on one clean commit (issue 25, item 16).
+"""Every committed results folder comes from one plan run on one clean commit (issue 25, item 16).
 
 Records from several commits, or from a tree with uncommitted changes, are no state anyone can check out and
 rerun: compared arms could differ in code nobody can see. results/bench (the gate's reference) and results/runs
-(scratch) are not smoke folders.
+(scratch) are no plan runs.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from suite import verdicts
 from suite.records import load_records
 
 ROOT = Path(__file__).resolve().parent.parent
-FOLDERS = sorted(p.name for p in (ROOT / "results").glob("*-smoke") if p.is_dir())
+# every plan run's folder (results/NAME-PRESET); the gate's reference, scratch runs and the GPU check are no plan runs
+FOLDERS = sorted(p.name for p in (ROOT / "results").iterdir() if p.is_dir() and p.name not in ("bench", "runs", "gpu"))
 # Folders known to mix commits or come from a dirty tree, each until it is regenerated (then remove it here)
 KNOWN_MIXED: set[str] = set()
 

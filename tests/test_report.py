@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from suite.claims import load_claims
+from suite.cli import plan_runs
 from suite.records import load_records
 from suite.report import build_report, build_report_for
 from suite.report.arms import arms
@@ -115,6 +116,29 @@ def test_empty_folder_gives_a_page_that_says_so(tmp_path):
 def test_missing_results_folder_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="results folder .* does not exist"):
         build_report(tmp_path / "nowhere", tmp_path / "site")
+
+
+def test_one_report_reads_several_plan_runs_and_names_the_commit_of_each(tmp_path):
+    for folder, sha, seed in (("sdp-smoke", "a" * 40, 0), ("sdp-quality", "b" * 40, 1)):
+        record = make_record(reproduction="sdp", seed=seed)
+        record["env"] |= {"git_sha": sha, "git_dirty": False}
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "r.json").write_text(json.dumps(record))
+    build_report([tmp_path / "sdp-smoke", tmp_path / "sdp-quality"], tmp_path / "site")
+    page = next((tmp_path / "site").glob("reproductions/sdp-*.html")).read_text()
+    assert 'badge-records-clean">one clean commit per plan run: sdp-quality bbbbbbb, sdp-smoke aaaaaaa' in page
+    record["env"]["git_dirty"] = True
+    (tmp_path / "sdp-quality" / "r.json").write_text(json.dumps(record))
+    build_report([tmp_path / "sdp-smoke", tmp_path / "sdp-quality"], tmp_path / "site")
+    page = next((tmp_path / "site").glob("reproductions/sdp-*.html")).read_text()
+    assert 'badge-records-mixed">sdp-quality: dirty tree; sdp-smoke: one clean commit aaaaaaa' in page
+
+
+def test_reproduce_reports_every_preset_folder_of_its_reproduction_beside_its_own(tmp_path):
+    for name in ("sdp-smoke", "sdp-quality", "sdp-report", "dion-smoke"):
+        (tmp_path / name).mkdir()
+    assert plan_runs(tmp_path / "sdp-smoke", "sdp") == [tmp_path / "sdp-quality", tmp_path / "sdp-smoke"]
+    assert plan_runs(tmp_path / "mine", "sdp") == [tmp_path / "mine", tmp_path / "sdp-quality", tmp_path / "sdp-smoke"]
 
 
 def test_values_from_records_are_escaped_everywhere(site):

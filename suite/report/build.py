@@ -12,6 +12,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from collections.abc import Sequence
 from pathlib import Path
 
 import jinja2
@@ -61,15 +62,23 @@ def _page_key(record: dict, position: int) -> str:
     return record.get("_path") or f"{record['run_id']}#{position}"
 
 
-def build_report(results_dir: str | Path, out_dir: str | Path) -> Path:
-    """Read every run record under `results_dir` and write the site to `out_dir`; returns index.html."""
-    results_dir = Path(results_dir)
-    if not results_dir.is_dir():
-        raise FileNotFoundError(
-            f"results folder {results_dir} does not exist; pass the folder that holds the run "
-            f"records (for example results/runs)"
-        )
-    records, skipped = load_records(results_dir)
+def build_report(results: str | Path | Sequence[str | Path], out_dir: str | Path) -> Path:
+    """Read every run record under each results folder and write the site to `out_dir`; returns index.html.
+
+    Several folders are one reproduction's plan runs (a preset each, say results/sdp-smoke and
+    results/sdp-quality): each record keeps the folder it came from (`_folder`), so a page can say which plan
+    run, and commit, each part of it comes from."""
+    folders = [Path(results)] if isinstance(results, (str, Path)) else [Path(f) for f in results]
+    records, skipped = [], []
+    for folder in folders:
+        if not folder.is_dir():
+            raise FileNotFoundError(
+                f"results folder {folder} does not exist; pass the folder that holds the run "
+                f"records (for example results/runs)"
+            )
+        found, missed = load_records(folder)
+        records += [{**r, "_folder": str(folder)} for r in found]
+        skipped += missed
     return build_report_for(records, skipped, out_dir)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
 
@@ -56,10 +57,21 @@ class Reproduction:
 
     @property
     def origin(self) -> str:
-        """Where this page's records come from: one clean commit, or what keeps them from it."""
-        return origin(
-            [r["env"].get("git_sha") for r in self.records], [r["env"].get("git_dirty") for r in self.records]
-        )
+        """Where this page's records come from: one clean commit, or what keeps them from it; with records of
+        several results folders (one plan run each), the same per folder."""
+        folders: dict[str, list[dict]] = {}
+        for r in self.records:
+            folders.setdefault(Path(r.get("_folder", "")).name, []).append(r)
+        said = {name: _origin(rs) for name, rs in sorted(folders.items())}
+        if len(said) == 1:
+            return next(iter(said.values()))
+        if all(text.startswith("one clean commit") for text in said.values()):
+            return "one clean commit per plan run: " + ", ".join(f"{n} {t.split()[-1]}" for n, t in said.items())
+        return "; ".join(f"{n}: {t}" for n, t in said.items())
+
+
+def _origin(records: list[dict]) -> str:
+    return origin([r["env"].get("git_sha") for r in records], [r["env"].get("git_dirty") for r in records])
 
 
 def claim_rows(repro: Reproduction, claim_href: str) -> Table:
@@ -385,7 +397,7 @@ def run_context(record: dict, reproduction_href: str | None) -> dict:
         "fields": [(title, tables.mapping_table(tables.flatten(values))) for title, values in fields if values],
         "charts": [c for c in charts if c is not None],
         "sections": _run_sections(record),
-        "raw": json.dumps({k: v for k, v in record.items() if k != "_path"}, indent=1),
+        "raw": json.dumps({k: v for k, v in record.items() if k not in ("_path", "_folder")}, indent=1),
     }
 
 
