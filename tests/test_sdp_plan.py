@@ -52,9 +52,14 @@ def _missing_arms(claims, df: pd.DataFrame) -> list[str]:
     return missing
 
 
-def test_every_card_without_hardware_needs_finds_its_arms_in_the_smoke_preset():
+def test_every_card_without_hardware_needs_finds_its_arms_in_the_preset_its_command_names():
     cards = [c for c in claims_for("sdp") if not c.requires and "estimated" not in c.evidence]
-    assert not _missing_arms(cards, _frame(sdp_plan.plan("smoke").runs))
+    by_preset: dict[str, list] = {}
+    for c in cards:
+        by_preset.setdefault(c.command.split("--preset ")[1].split()[0], []).append(c)
+    assert {"smoke", "quality", "masking"} <= set(by_preset)
+    for preset, named in by_preset.items():
+        assert not _missing_arms(named, _frame(sdp_plan.plan(preset).runs)), preset
 
 
 def test_every_estimated_card_finds_its_arms_among_the_estimates():
@@ -68,6 +73,8 @@ def test_the_gpu_preset_runs_every_arm_its_cards_need(monkeypatch):
     monkeypatch.setattr(sdp_plan, "step_flops", lambda model, sequences, seq_len: 1e12 * sequences)
     monkeypatch.setenv("CIFAR_ROOT", "/data/cifar")
     cards = [c for c in claims_for("sdp") if set(c.requires) <= {"cuda"} and "estimated" not in c.evidence]
+    # the masking preset's card is the CPU stand-in of the 8-GPU card (llama-tiny-8l, 8 gloo workers)
+    cards = [c for c in cards if "--preset masking" not in c.command]
     runs = sdp_plan.plan("gpu").runs
     assert {c.id for c in cards} >= {"sdp-resnet18-cifar", "sdp-swin-cifar", "sdp-memory-range"}
     assert not _missing_arms(cards, _frame(runs))

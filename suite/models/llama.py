@@ -48,6 +48,10 @@ LLAMA_CONFIGS: dict[str, LlamaConfig] = {
     "llama-tiny": LlamaConfig(
         dim=256, n_layers=4, n_heads=8, n_kv_heads=8, vocab_size=256, ffn_dim=640, max_seq_len=1024
     ),
+    # llama-tiny with 8 blocks: the smallest LLaMA on which SDP's C = 3/8 holds whole blocks (3 of 8)
+    "llama-tiny-8l": LlamaConfig(
+        dim=256, n_layers=8, n_heads=8, n_kv_heads=8, vocab_size=256, ffn_dim=640, max_seq_len=1024
+    ),
     "llama-50m": LlamaConfig(
         dim=512, n_layers=12, n_heads=8, n_kv_heads=8, vocab_size=256, ffn_dim=2048, max_seq_len=1024
     ),
