@@ -18,9 +18,10 @@ quality_wall_s): the smoke quality arms on the stdlib corpus at two budgets a fa
 steps), SDP_SEEDS seeds each, one schedule for every arm (QUALITY_SCHEDULE: warm-up over 10% of DDP's steps, then
 cosine over each arm's own budget) at the smoke learning rate, not tuned per arm. Masking (CPU, 8 gloo workers):
 b-sdp against bb-sdp at C = 3/8 on llama-tiny-8l, three seeds, the quality corpus and schedule rule. Calibrate
-(CPU, about 12 minutes, written beside the smoke records): the 1B baselines over micro-batch and precision, and the method where they match the paper's absolute numbers. GPU: llama-134m
-on every visible GPU (at least 2), three seeds, and the CIFAR arms where CIFAR_ROOT holds the data. Paper:
-the paper's LLaMA runs on FineWeb with 8 workers, three seeds, to run where they fit.
+(CPU, about 12 minutes, written beside the smoke records): the 1B baselines over micro-batch and precision, and
+the method where they match the paper's absolute numbers. GPU: llama-134m on every visible GPU (at least 2), three
+seeds, and the CIFAR arms where CIFAR_ROOT holds the data. Paper: the paper's LLaMA runs on FineWeb with 8
+workers, three seeds, to run where they fit.
 """
 
 from __future__ import annotations
