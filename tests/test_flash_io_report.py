@@ -90,7 +90,9 @@ def test_summary_fits_and_page(results, tmp_path):
     assert runtime["ratio"] == runtime["math_s"] / runtime["flash_s"] and runtime["flash_s"] > 0
     page = report.write(results, tmp_path)
     text = page.read_text()
-    assert text.count("<img") == 4 and "counted by the instrumented algorithms" in text.lower()
+    # drawn as the site's figures: inline SVG with a title each, no PNG
+    assert text.count("<svg ") == 4 and "<img" not in text
+    assert text.count('role="img"') == 4 and "counted by the instrumented algorithms" in text.lower()
     assert json.loads((tmp_path / "io-summary.json").read_text())["paper"]["standard_gb"] == 40.3
 
 

@@ -9,23 +9,19 @@ io-summary.json there (suite/report's own files are left alone).
 from __future__ import annotations
 
 import argparse
-import base64
-import io
 import json
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.ticker import NullFormatter, ScalarFormatter
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.ticker import NullFormatter, ScalarFormatter  # noqa: E402
-
-from suite.atomic import write_text  # noqa: E402
-from suite.records import load_records  # noqa: E402
-from suite.report import Section, render_page  # noqa: E402
-from suite.report.tables import Cell, Table, number, text  # noqa: E402
+from suite.atomic import write_text
+from suite.records import load_records
+from suite.report import Section, render_page
+from suite.report import figures as report_figures
+from suite.report.figures import Chart
+from suite.report.tables import Cell, Table, number, text
 
 # arXiv 2205.14135 v2, Figure 2 (left): GPT-2 medium attention, forward + backward, A100 (docs/sources.md#flash-io;
 # an earlier version of the figure shows other numbers, so the version is part of the source)
@@ -155,74 +151,90 @@ def _measured(records: list[dict]) -> dict:
     return out
 
 
-def _png(fig) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode()
+# standard (math) and tiled (flash) keep a colour, a marker and a line style each, so they read in greyscale too
+STANDARD = {"color": "#ff7f0e", "marker": "o"}
+TILED = {"color": "#000080", "marker": "s"}
 
 
-def _loglog(ax, x, y, label: str, **style) -> None:
-    ax.loglog(x, y, marker="o", label=f"{label} (slope {slope(pd.Series(x), pd.Series(y)):.2f})", **style)
+def _loglog(ax, x: pd.Series, y: pd.Series, label: str, **style) -> None:
+    ax.loglog(x, y, label=f"{label} (slope {slope(x, y):.2f})", markersize=4, linewidth=1.5, **style)
 
 
-def figures(records: list[dict]) -> dict[str, str]:
-    """Titles to base64 PNGs."""
-    out = {}
+def _plot(title: str, xlabel: str, ylabel: str, draw) -> Chart:
+    """A log-log figure in the site's style (suite/report/figures.py): inline SVG with real text."""
+    fig, axes = report_figures.figure(6.4, 4.2)
+    ax = axes[0, 0]
+    draw(ax)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(report_figures.wrap(ylabel, 36))
+    ax.legend(fontsize="small", frameon=False)
+    report_figures.margins(fig, left=0.95, bottom=0.55, right=0.15, top=0.15)
+    return report_figures.chart(fig, title)
+
+
+def figures(records: list[dict]) -> list[Chart]:
+    """The counted accesses against N and M, and the measured SDPA memory and time against N."""
     io_n, io_m, sdpa_n = micro_rows(records, "io-n"), micro_rows(records, "io-m"), micro_rows(records, "sdpa-n")
+    out = []
     if not io_n.empty:
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for causal, g in io_n.groupby("causal"):
-            tag = "causal" if causal else "no mask"
-            _loglog(ax, g["n"], g["standard_elements"], f"standard, {tag}", ls="--" if causal else "-", color="C3")
-            _loglog(ax, g["n"], g["tiled_elements"], f"tiled, {tag}", ls="--" if causal else "-", color="C0")
-        ax.set(
-            xlabel="sequence length N",
-            ylabel="HBM accesses (elements, fwd+bwd, one head)",
-            title=f"Accesses against N (d {int(io_n['d'][0])}, M {int(io_n['m'][0])})",
+        out.append(
+            _plot(
+                f"HBM accesses against N, counted by the instrumented algorithms (d {int(io_n['d'][0])}, "
+                f"M {int(io_n['m'][0])})",
+                "sequence length N",
+                "HBM accesses (elements, fwd+bwd, one head)",
+                lambda ax: _accesses_n(ax, io_n),
+            )
         )
-        ax.legend(fontsize=7)
-        out["HBM accesses against N (counted by the instrumented algorithms)"] = _png(fig)
     if not io_m.empty:
-        fig, ax = plt.subplots(figsize=(6, 4))
-        above = io_m["block_c"] > 1
-        fit = slope(io_m["m"][above], io_m["tiled_elements"][above])
-        ax.loglog(
-            io_m["m"], io_m["tiled_elements"], marker="o", color="C0", label=f"tiled (slope {fit:.2f} where B_c > 1)"
+        out.append(
+            _plot(
+                "HBM accesses against SRAM size M, from d to N d, with the lower bound",
+                "SRAM size M (elements)",
+                "HBM accesses (elements)",
+                lambda ax: _accesses_m(ax, io_m),
+            )
         )
-        ax.loglog(io_m["m"], io_m["standard_elements"], color="C3", label="standard (M plays no part)")
-        bound = io_m["n"] * io_m["n"] * io_m["d"] ** 2 / io_m["m"]
-        ax.loglog(io_m["m"], bound, color="k", ls=":", label="N^2 d^2 / M (Proposition 3's order, constant 1)")
-        ax.loglog(io_m["m"], 4 * io_m["n"] * io_m["d"], color="grey", ls=":", label="4 N d (read Q, K, V, write O)")
-        ax.set(
-            xlabel="SRAM size M (elements)", ylabel="HBM accesses (elements)", title="Accesses against M, from d to N d"
-        )
-        ax.legend(fontsize=7)
-        out["HBM accesses against SRAM size M, with the lower bound"] = _png(fig)
     if not sdpa_n.empty:
         bh = int(sdpa_n["batch"][0] * sdpa_n["heads"][0])
         for field, label in (("peak_bytes", "peak memory (bytes, MemTracker)"), ("time_s", "time (s, median)")):
-            fig, ax = plt.subplots(figsize=(6, 4))
-            for (backend, backward), g in sdpa_n.groupby(["backend", "backward"]):
-                _loglog(
-                    ax,
-                    g["n"],
-                    g[field],
-                    f"{backend} {'fwd+bwd' if backward else 'fwd'}",
-                    ls="-" if backward else "--",
-                    color="C3" if backend == "math" else "C0",
+            out.append(
+                _plot(
+                    f"Measured SDPA {label.split(' (')[0]} against N on {sdpa_n['device_name'][0]} "
+                    f"(batch x heads {bh}, d 64)",
+                    "sequence length N",
+                    label,
+                    lambda ax, field=field: _sdpa(ax, sdpa_n, field),
                 )
-            ax.set(
-                xlabel="sequence length N",
-                ylabel=label,
-                title=f"SDPA on {sdpa_n['device_name'][0]}: batch x heads {bh}, d 64",
             )
-            ax.set_xticks(sorted(sdpa_n["n"].unique()))
-            ax.xaxis.set_major_formatter(ScalarFormatter())
-            ax.xaxis.set_minor_formatter(NullFormatter())
-            ax.legend(fontsize=7)
-            out[f"Measured {label.split(' (')[0]} against N"] = _png(fig)
     return out
+
+
+def _accesses_n(ax, io_n: pd.DataFrame) -> None:
+    for causal, g in io_n.groupby("causal"):
+        tag, ls = ("causal", "--") if causal else ("no mask", "-")
+        _loglog(ax, g["n"], g["standard_elements"], f"standard, {tag}", ls=ls, **STANDARD)
+        _loglog(ax, g["n"], g["tiled_elements"], f"tiled, {tag}", ls=ls, **TILED)
+
+
+def _accesses_m(ax, io_m: pd.DataFrame) -> None:
+    above = io_m["block_c"] > 1
+    fit = slope(io_m["m"][above], io_m["tiled_elements"][above])
+    ax.loglog(io_m["m"], io_m["tiled_elements"], label=f"tiled (slope {fit:.2f} where B_c > 1)", markersize=4, **TILED)
+    ax.loglog(io_m["m"], io_m["standard_elements"], label="standard (M plays no part)", **STANDARD, markersize=4)
+    bound = io_m["n"] * io_m["n"] * io_m["d"] ** 2 / io_m["m"]
+    ax.loglog(io_m["m"], bound, color="black", ls=":", label="N^2 d^2 / M (Prop. 3's order, constant 1)")
+    ax.loglog(io_m["m"], 4 * io_m["n"] * io_m["d"], color="grey", ls="-.", label="4 N d (read Q, K, V, write O)")
+
+
+def _sdpa(ax, sdpa_n: pd.DataFrame, field: str) -> None:
+    for (backend, backward), g in sdpa_n.groupby(["backend", "backward"]):
+        style = STANDARD if backend == "math" else TILED
+        label = f"{backend} {'fwd+bwd' if backward else 'fwd'}"
+        _loglog(ax, g["n"], g[field], label, ls="-" if backward else "--", **style)
+    ax.set_xticks(sorted(sdpa_n["n"].unique()))
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def _row(*cells: object) -> list[Cell]:
@@ -306,15 +318,15 @@ def bound_table(summary: dict) -> Table:
 
 
 def sections(summary: dict, records: list[dict]) -> list[Section]:
-    images = tuple(figures(records).items())
+    charts = tuple(figures(records))
     out = [
         Section("Beside the paper", f"{summary['paper']['source']}.", paper_table(summary)),
         Section("Scaling", "Least-squares slopes of log y against log x over each sweep.", slopes_table(summary)),
         Section("Theorem 2's constants", THEOREM2, constants_table(summary)),
         Section("Proposition 3's bound", "", bound_table(summary)),
-        Section("Figures", "Counted accesses and measured SDPA memory and time, log-log.", images=images),
+        Section("Figures", "Counted accesses and measured SDPA memory and time, log-log.", charts=charts),
     ]
-    return [s for s in out if s.images or (s.table is not None and s.table.rows)]
+    return [s for s in out if s.charts or (s.table is not None and s.table.rows)]
 
 
 THEOREM2 = (
@@ -325,6 +337,7 @@ THEOREM2 = (
 
 def write(results_dir: str | Path, out_dir: str | Path) -> Path:
     records, _ = load_records(results_dir)
+    report_figures.restart_ids()  # the page's SVG ids depend on no build that ran before it in this process
     summary = summarize(records)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

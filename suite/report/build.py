@@ -23,6 +23,7 @@ from suite.claims import Claim, ClaimsError, claims_for
 from suite.errors import UsageError
 from suite.records import load_records
 from suite.report import figures, site
+from suite.report.figures import Chart
 from suite.report.pages import Reproduction, css_token, index_context, reproduction_context, run_context
 from suite.report.tables import Table
 from suite.verdicts import judge_all
@@ -161,7 +162,7 @@ class Section:
     heading: str
     note: str = ""
     table: Table | None = None
-    images: tuple[tuple[str, str], ...] = ()  # (title, base64 PNG), inlined as data: URIs
+    charts: tuple[Chart, ...] = ()  # inline SVG, drawn as the suite's own figures (figures.py)
 
 
 def render_page(title: str, intro: str, sections: list[Section]) -> str:

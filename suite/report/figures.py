@@ -47,6 +47,7 @@ class Chart:
     title: str
     svg: Markup  # an <svg> element with a <title> and role="img"
     caption: str = ""
+    rows: int = 0  # bars drawn one above another: a page folds a figure of many (taller than a screen)
 
 
 def safe(label: object, limit: int = LABEL_LIMIT) -> str:
@@ -105,8 +106,8 @@ def encode(fig: Figure, title: str) -> Markup:
     return Markup(f"{svg[:head_end]}<title>{escape(title)}</title>{svg[head_end:]}")
 
 
-def chart(fig: Figure, title: str, caption: str = "") -> Chart:
-    return Chart(title, encode(fig, title), caption)
+def chart(fig: Figure, title: str, caption: str = "", rows: int = 0) -> Chart:
+    return Chart(title, encode(fig, title), caption, rows)
 
 
 # collective ops and group tiers keep one colour on every page; others get one from their name
@@ -168,20 +169,40 @@ def loss_curves(
         return None
     dashes = dashes or {}
     arms = list(dict.fromkeys(curve["arm"]))
+    markers = {arm: ARM_MARKERS[i % len(ARM_MARKERS)] for i, arm in enumerate(arms)}
     legend_width = 0.5 + text_inches([safe(a) for a in arms])
     fig, axes = figure(11 + legend_width, max(3.2, _legend_inches(len(arms))), 1, 3)
     for ax, (x, x_label) in zip(axes[0], axes_x):
-        for arm, band in bands[x].groupby("arm", sort=False):
-            style = dashes.get(arm, "solid")
-            ax.plot(band["x"], band["mean"], color=colours[arm], label=safe(arm), linewidth=1.6, linestyle=style)
+        for i, (arm, band) in enumerate(bands[x].groupby("arm", sort=False)):
+            ax.plot(
+                band["x"],
+                band["mean"],
+                color=colours[arm],
+                label=safe(arm),
+                linewidth=1.6,
+                linestyle=dashes.get(arm, "solid"),
+                **_marked(markers[arm], len(band), i, len(arms)),
+            )
             ax.fill_between(band["x"], band["low"], band["high"], color=colours[arm], alpha=0.2, linewidth=0)
         ax.set_xlabel(x_label)
         ax.xaxis.get_offset_text().set_fontsize("small")
     axes[0, 0].set_ylabel(y.replace("_", " "))
     fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="center right", fontsize="small", frameon=False)
     margins(fig, left=0.65, bottom=0.6, right=legend_width, wspace=0.22)
-    caption = "Line: mean over seeds; band: lowest to highest seed." + _coincide_note(frames.coinciding(curve, y))
+    caption = "Line: mean over seeds; band: lowest to highest seed; marker: the arm, as in the legend (so the arms "
+    caption += "read without colour)." + _coincide_note(frames.coinciding(curve, y))
     return chart(fig, f"{y.replace('_', ' ').capitalize()} against tokens, FLOPs and wall time ({label})", caption)
+
+
+# a marker per arm in the loss curves: a second channel beside colour, so arms read in greyscale too
+ARM_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
+
+
+def _marked(marker: str, points: int, index: int, arms: int) -> dict:
+    """About five markers along a line, each arm's shifted along it, so coinciding lines still show every
+    arm's marker."""
+    step = max(1, points // 5)
+    return {"marker": marker, "markersize": 5, "markevery": (index * step // max(arms, 1), step)}
 
 
 def _coincide_note(groups: list[list[str]]) -> str:
@@ -192,11 +213,15 @@ def _coincide_note(groups: list[list[str]]) -> str:
     return f" Coinciding exactly (the same loss at every step, so one line hides the others): {said}."
 
 
-def memory_bars(memory: pd.DataFrame, label: str) -> Chart | None:
-    """Per arm, the largest rank's peak memory as stacked parts; a whisker from the smallest rank's peak to it."""
+def memory_bars(memory: pd.DataFrame, label: str, merge: bool = False) -> Chart | None:
+    """Per arm, the largest rank's peak memory as stacked parts; a whisker from the smallest rank's peak to it.
+    With `merge` (estimates: no seed noise), arms alike in every part are one bar."""
     if memory.empty:
         return None
     parts = [p for p in frames.MEMORY_PARTS if memory[p].sum() > 0]
+    groups = alike(memory.set_index("arm")[[*parts, "peak", "peak_low"]], ALIKE if merge else -1)
+    memory = memory.set_index("arm").loc[[g[0] for g in groups]].reset_index()
+    memory["arm"] = group_labels(groups)
     divisor, unit = _byte_unit(float(memory["peak"].max()))
     names = [safe(a) for a in memory["arm"]]
     fig, axes = figure(11, max(0.32 * len(names) + 1.2, _legend_inches(len(parts) + 1)))
@@ -227,7 +252,8 @@ def memory_bars(memory: pd.DataFrame, label: str) -> Chart | None:
         fig,
         f"Peak memory per rank, largest rank ({label})",
         "Bar: the rank with the largest peak, by part, mean over seeds; whisker: down to the smallest rank's "
-        "peak. Every rank is on the run pages.",
+        "peak. Every rank is on the run pages." + _alike_note(groups),
+        len(names),
     )
 
 
@@ -271,11 +297,63 @@ def memory_per_rank(per_rank: list[dict], label: str) -> Chart | None:
     return Chart(title, Markup(svg), "Stacked by part at the measured step; the numbers are in the table below.")
 
 
-def comm_bytes(comm: pd.DataFrame, label: str) -> Chart | None:
-    """Payload bytes per step per rank, stacked by collective op and by group tier."""
+ALIKE = 0.01  # bars whose every value is within this fraction of another arm's are drawn once
+
+
+def alike(values: pd.DataFrame, tolerance: float = ALIKE) -> list[list[str]]:
+    """The rows (arms, in order) in groups whose every column is within `tolerance` of the group's first row's
+    (a negative one keeps every row apart): a page of sixty estimates that differ only in a setting these
+    numbers do not depend on draws a bar per group."""
+    groups: list[list[str]] = []
+    table = values.to_numpy(float)
+    firsts: list[int] = []
+    for i, arm in enumerate(values.index):
+        for group, first in zip(groups, firsts):
+            scale = np.maximum(np.abs(table[first]), np.abs(table[i]))
+            if np.all(np.abs(table[i] - table[first]) <= tolerance * scale):
+                group.append(arm)
+                break
+        else:
+            groups.append([arm])
+            firsts.append(i)
+    return groups
+
+
+def group_labels(groups: list[list[str]]) -> list[str]:
+    """A group's label: the words its arms' labels share, and how many arms it stands for."""
+    out: list[str] = []
+    singles = {group[0] for group in groups if len(group) == 1}
+    for n, group in enumerate(groups, 1):
+        if len(group) == 1:
+            out.append(group[0])
+            continue
+        common = " ".join(w for w in group[0].split() if all(w in other.split() for other in group[1:]))
+        suffix = f" ({len(group)} alike)"
+        label = f"{(common or group[0])[: LABEL_LIMIT - len(suffix) - 4].rstrip()}{suffix}"
+        out.append(f"{label} #{n}" if label in out or label in singles else label)  # a label names one bar
+    return out
+
+
+def _alike_note(groups: list[list[str]]) -> str:
+    """The arms drawn as one bar, named: a group's label gives only the words they share."""
+    merged = [g for g in groups if len(g) > 1]
+    if not merged:
+        return ""
+    said = "; ".join(f"{label}: {', '.join(g)}" for g, label in zip(merged, group_labels(merged)))
+    return f" Arms within {ALIKE:.0%} of each other in every value drawn are one bar: {said}."
+
+
+def comm_bytes(comm: pd.DataFrame, label: str, merge: bool = False) -> Chart | None:
+    """Payload bytes per step per rank, stacked by collective op and by group tier. With `merge` (estimates),
+    arms alike in every op and tier are one bar."""
     if comm.empty:
         return None
-    arms = list(dict.fromkeys(comm["arm"]))
+    wide = comm.pivot_table(index="arm", columns=["op", "tier"], values="bytes_per_step", aggfunc="sum", sort=False)
+    groups = alike(wide.reindex(list(dict.fromkeys(comm["arm"]))).fillna(0), ALIKE if merge else -1)
+    drawn = group_labels(groups)
+    comm = comm[comm["arm"].isin([g[0] for g in groups])]
+    comm = comm.assign(arm=comm["arm"].map({g[0]: label for g, label in zip(groups, drawn)}))
+    arms = drawn
     names = [safe(a) for a in arms]
     divisor, unit = _byte_unit(float(comm.groupby("arm")["bytes_per_step"].sum().max()))
     entries = max(comm["op"].nunique(), comm["tier"].nunique())
@@ -305,7 +383,8 @@ def comm_bytes(comm: pd.DataFrame, label: str) -> Chart | None:
     return chart(
         fig,
         f"Bytes per step by op and by group tier ({label})",
-        "Payload bytes, mean over ranks and seeds; wire bytes are on the run pages.",
+        "Payload bytes, mean over ranks and seeds; wire bytes are on the run pages." + _alike_note(groups),
+        len(names),
     )
 
 
@@ -336,6 +415,7 @@ def throughput(
         if several:
             rows = {a: i for i, a in enumerate(arms)}
             ax.scatter(ratios[column], ratios["arm"].map(rows), color="black", s=14, zorder=3)
+        _value_labels(ax, means, ratios.groupby("arm")[column].max().reindex(arms))
         ax.axvline(1.0, color="#555555", linestyle="--", linewidth=1)
         ax.set_xlabel(x_label)
     axes[0, 0].set_yticks(range(len(arms)), names)
@@ -346,6 +426,15 @@ def throughput(
     return chart(fig, f"Speed against {safe(reference, 24)} ({label})", _throughput_caption(several, unsteady))
 
 
+def _value_labels(ax, means: pd.Series, reach: pd.Series) -> None:
+    """Each bar's value written after it (past its dots): the bars read without their colours."""
+    ends = pd.concat([means, reach], axis=1).max(axis=1).fillna(0)
+    for row, (mean, end) in enumerate(zip(means, ends)):
+        if pd.notna(mean):
+            ax.annotate(f"{mean:.2f}x", (end, row), xytext=(3, 0), textcoords="offset points", va="center", size=8)
+    ax.set_xlim(0, max(float(ends.max()), 1.0) * 1.18)
+
+
 def _throughput_caption(several: bool, unsteady: pd.Series) -> str:
     how = (
         "Bar: geometric mean over configurations; dot: one configuration (median over seeds)."
@@ -353,7 +442,8 @@ def _throughput_caption(several: bool, unsteady: pd.Series) -> str:
         else "Median over seeds; dashed line: the baseline."
     )
     caption = (
-        f"Each arm against the baseline on the same model and ranks, above 1 is faster. {how} Wall time counts "
+        f"Each arm against the baseline on the same model and ranks, above 1 is faster, its value written after "
+        f"its bar. {how} Wall time counts "
         "the waiting of a shared machine; CPU time per step does not."
     )
     if unsteady.empty:
@@ -391,13 +481,23 @@ def calibration_sweep(sweeps: list[Sweep], cards: list[str]) -> Chart | None:
     axes[0, 0].set_yticks(range(len(settings)), labels)
     axes[0, 0].invert_yaxis()
     margins(fig, left=0.3 + text_inches(labels), bottom=0.55, top=0.15, right=0.25, wspace=0.15)
-    fits = sum(f for _, _, f in sweeps[0].points)
     caption = (
-        f"{fits} of {len(settings)} settings put every baseline within {sweeps[0].within:.0%} of the paper's "
-        f"value (green); the paper's value and ±{sweeps[0].within:.0%} in orange. One sweep for the cards "
-        f"{', '.join(cards)}: one setting for the whole table."
+        f"{sweep_finding(sweeps).split(': ', 1)[1]} (green); the paper's value and ±{sweeps[0].within:.0%} in "
+        f"orange. One sweep for the cards {', '.join(cards)}: one setting for the whole table."
     )
     return chart(fig, f"Calibration of {' and '.join(s.baseline for s in sweeps)}", caption)
+
+
+def sweep_finding(sweeps: list[Sweep]) -> str:
+    """A calibration in one sentence: how many of the swept settings put every baseline in the paper's band."""
+    sweeps = [s for s in sweeps if s.points]
+    settings = {setting for s in sweeps for setting, _, _ in s.points}
+    fits = sum(f for _, _, f in sweeps[0].points) if sweeps else 0
+    within = f"{sweeps[0].within:.0%}" if sweeps else "the band"
+    return (
+        f"Calibration of {' and '.join(s.baseline for s in sweeps)}: {fits} of {len(settings)} settings put every "
+        f"baseline within {within} of the paper's value"
+    )
 
 
 def _sweep_panel(ax, sweep: Sweep, settings: list[str]) -> None:

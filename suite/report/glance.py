@@ -411,8 +411,11 @@ def claim_runs(
     divisor, unit = _unit(field, float(rows["value"].abs().max()), decimal=in_gb(claim))
     fig, axes = figure(5.2, 0.3 * len(arms) + 0.95)
     ax = axes[0, 0]
+    where = blended_transform_factory(ax.transAxes, ax.transData)
     for y, arm in enumerate(arms):
         mine = rows[rows["arm"] == arm]
+        # the arm's value written beside its row: the figure reads without the arms' colours
+        ax.text(1.03, y, _row_value(mine["value"] / divisor), transform=where, va="center", fontsize="small")
         for evidence, points in mine.groupby("evidence"):
             ax.scatter(
                 points["value"] / divisor,
@@ -438,13 +441,20 @@ def claim_runs(
         ax.xaxis.set_minor_formatter("")
     elif unit or on_ratio_axis(claim) and (rows["value"] >= 0).all():  # amounts: an axis from zero
         ax.set_xlim(0, float(rows["value"].max()) / divisor * 1.08)
-    margins(fig, left=0.25 + 0.9 * text_inches(names), bottom=0.5, right=0.2, top=0.1)
+    margins(fig, left=0.25 + 0.9 * text_inches(names), bottom=0.5, right=0.95, top=0.1)
     return chart(
         fig,
         f"{field} in the runs behind {claim.id}",
         "One marker per run (seed or setting), in the arm's colour on this page; circle measured, diamond "
-        "estimated, triangle projected.",
+        "estimated, triangle projected. Right: the arm's value (the mean, where it has several runs, and their "
+        "count).",
     )
+
+
+def _row_value(values: pd.Series) -> str:
+    """One arm's value in a card's figure: its mean, with how many runs where it has several."""
+    mean = f"{values.mean():.4g}"
+    return mean if len(values) == 1 else f"{mean} (n={len(values)})"
 
 
 def in_gb(claim: Claim) -> bool:

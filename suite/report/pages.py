@@ -220,10 +220,11 @@ def _section(repro: Reproduction, label: str, records: list[dict], hrefs: list[s
     unsteady = frames.unsteady(records, names)
     # a simulated record projects time only: its memory and bytes are its estimate's, drawn in that section
     projection = label == "simulated"
+    merge = label == "estimated"  # no seed noise: estimates alike to 1% are one setting's numbers
     charts = [
         None if projection else figures.loss_curves(frames.curves(records, names), label, colours, repro.dashes),
-        None if projection else figures.memory_bars(frames.memory(records, names), label),
-        None if projection else figures.comm_bytes(frames.comm(records, names), label),
+        None if projection else figures.memory_bars(frames.memory(records, names), label, merge),
+        None if projection else figures.comm_bytes(frames.comm(records, names), label, merge),
         figures.throughput(ratios, reference, label, colours, unsteady) if reference else None,
     ]
     return {
@@ -278,7 +279,8 @@ def calibration_tables(verdicts: list[tuple[Claim, Verdict]]) -> list[dict]:
             )
         cards = [claim.id for claim, _ in members]
         chart = figures.calibration_sweep(list(sweeps.values()), cards)
-        out.append({"anchor": f"calibration-{n}", "chart": chart, "cards": cards})
+        finding = f"{figures.sweep_finding(list(sweeps.values()))} (cards {', '.join(cards)})"
+        out.append({"anchor": f"calibration-{n}", "chart": chart, "cards": cards, "finding": finding})
     return out
 
 
@@ -288,11 +290,14 @@ def _card(
     spec = ", ".join(
         f"{k}={json.dumps(v) if isinstance(v, dict) else v}" for k, v in claim.metric.items() if k != "name"
     )
+    figure = glance.claim_runs(claim, verdict, repro.frame, labels, repro.colours)
     return {
         "id": claim.id,
         "statement": claim.statement,
         "verdict": verdict.verdict,
         "reason": verdict.reason,
+        "brief": glance.brief(verdict.reason),
+        "details": _card_details(figure is not None, glance.brief(verdict.reason) != verdict.reason, verdict.setting),
         "provenance": verdict.provenance,
         "paper": _paper(claim),
         "source": str(claim.source),
@@ -302,7 +307,7 @@ def _card(
         "measured": _measured(verdict, claim.unit),
         "baseline": None if verdict.baseline is None else f"{fmt_number(verdict.baseline)} {claim.unit}".strip(),
         "band": verdict.band,
-        "figure": glance.claim_runs(claim, verdict, repro.frame, labels, repro.colours),
+        "figure": figure,
         "calibration": tables_of.get(claim.id),
         "setting": verdict.setting,
         "shown": [(s.label, f"{fmt_number(s.value)} {claim.unit}".strip(), s.evidence) for s in verdict.shown],
@@ -316,6 +321,17 @@ def _card(
         "parts": [(f"#claim-{css_token(part)}", part, word) for part, word in verdict.parts],
         "commits": origin_badge(verdict.commits) if verdict.commits else None,
     }
+
+
+def _card_details(figure: bool, longer_reason: bool, setting: str | None) -> str:
+    """What a card's folded part holds, said on its summary line."""
+    held = [
+        *(["the figure of its runs"] if figure else []),
+        *(["the whole reason"] if longer_reason else []),
+        *(["the setting"] if setting else []),
+        "metric, protocol, hardware, scale, command and runs",
+    ]
+    return "; ".join(held)
 
 
 def _paper(claim: Claim) -> str:
