@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -248,5 +249,7 @@ def load_dcp(path: str | Path, prefix: str = "") -> StateDict:
         for k, m in entries.items()
         if isinstance(m, TensorStorageMetadata)
     }
-    dcp.load(state, storage_reader=_SafeReader(path), planner=_TensorsOnlyPlanner(), no_dist=True)
+    with warnings.catch_warnings():  # DCP warns that it loads in one process, which is what no_dist asks
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
+        dcp.load(state, storage_reader=_SafeReader(path), planner=_TensorsOnlyPlanner(), no_dist=True)
     return {k[len(prefix) :]: t for k, t in state.items()}
