@@ -1,0 +1,1 @@
+"""Weight averaging and model merging: soups, task arithmetic, TIES-Merging, SWA (issue 30; no plan yet)."""
