@@ -8,6 +8,7 @@ run get numbers labelled `estimated` and `simulated`, never mixed with measureme
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,6 +81,18 @@ class Schedule:
         """The RunConfig fields of every arm of a card whose baseline runs `baseline_steps` steps."""
         warmup_steps = max(1, round(self.warmup * baseline_steps))
         return {"warmup_steps": warmup_steps, "lr_decay": "cosine", "min_lr_ratio": self.min_lr_ratio}
+
+
+def lr_sweep(arms: list[RunConfig], grid: tuple[float, ...], reproduction: str) -> list[RunConfig]:
+    """Every arm at every rate of `grid` on seed 0 (AlgoPerf's rule: the same trials for every arm, tuned on one
+    seed and reported on others), filed as `reproduction` so that no verdict counts a tuning run as evidence;
+    suite.sweeps picks each arm's winner from the records. Rate by rate, so a sweep stopped midway leaves every
+    arm with nearly as many trials as the others."""
+    return [
+        dataclasses.replace(cfg, lr=lr, seed=0, reproduction=reproduction, variant=dict(cfg.variant))
+        for lr in grid
+        for cfg in arms
+    ]
 
 
 @dataclass(frozen=True)

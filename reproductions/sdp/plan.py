@@ -35,7 +35,7 @@ import torch
 from suite.config import RunConfig
 from suite.meters.flops import FlopMeter
 from suite.models import build_model
-from suite.plans import Estimate, Plan, Schedule, StepCost, estimated_wall_s
+from suite.plans import Estimate, Plan, Schedule, StepCost, estimated_wall_s, lr_sweep
 
 # Every language arm follows one learning-rate schedule: warmup, then cosine over its own budget (an arm that is
 # FLOP-matched, and so trains longer, decays over its longer run), so final losses compare at the schedule's end.
@@ -59,6 +59,12 @@ EVALS = dict(evals="heldout_next", eval_limit=150)  # 1,296 documents take 100 s
 QUALITY = {**SMOKE, "data": "stdlib", "eval_every": 20}
 QUALITY_STEPS = (300, 600)
 QUALITY_SCHEDULE = Schedule(warmup=0.1)
+# Tune preset (issue 26 item 3): the quality arms on seed 0 at the shorter budget, each at every rate of LR_GRID (one
+# grid for every arm, so each gets as many trials: AlgoPerf's rule), filed as LR_SWEEP so that no verdict counts them;
+# suite.sweeps picks each arm's winner and refuses one at the grid's edge, where the grid must grow first. Factor-2
+# steps around the smoke rate 3e-3, which the untuned quality preset keeps for every arm.
+LR_SWEEP = "sdp-lr-sweep"
+LR_GRID = (7.5e-4, 1.5e-3, 3e-3, 6e-3, 1.2e-2)
 # Backward against forward masking at C = 3/8 (issue 26 item 6) on a CPU: llama-tiny-8l, so that each of 8 gloo
 # workers holds 3 whole blocks and every block has 3 holders, on the quality preset's corpus under its schedule
 # rule, equal tokens; small-scale evidence for sdp-backward-masking-sparse-cpu (the paper's llama-1b needs GPUs)
@@ -244,6 +250,13 @@ def _quality() -> list[RunConfig]:
     ]
 
 
+def _tune() -> list[RunConfig]:
+    """Seed 0 of the quality arms at the shorter budget of QUALITY_STEPS, at every rate of LR_GRID."""
+    steps = min(QUALITY_STEPS)
+    arms = _quality_arms({**QUALITY, **QUALITY_SCHEDULE.settings(steps)}, SMOKE_WORKERS, steps, (0,))
+    return lr_sweep(arms, LR_GRID, LR_SWEEP)
+
+
 def _masking() -> list[RunConfig]:
     """b-sdp and bb-sdp at C = 3/8 on MASKING_WORKERS gloo workers, SDP_SEEDS seeds each, equal tokens."""
     common = {**MASKING, **QUALITY_SCHEDULE.settings(MASKING_STEPS)}
@@ -256,7 +269,8 @@ def _masking() -> list[RunConfig]:
 
 
 def quality_wall_s(runs: list[RunConfig]) -> float:
-    """Estimated wall seconds of the quality preset's runs on 2 quiet cores (QUALITY_COSTS; not measured)."""
+    """Estimated wall seconds of the quality (or tune) preset's runs on 2 quiet cores (QUALITY_COSTS; not
+    measured)."""
     items = []
     for cfg in runs:
         steps = cfg.tokens / (SMOKE_WORKERS * cfg.micro_batch * cfg.seq_len) if cfg.tokens else None
@@ -312,7 +326,15 @@ def _paper() -> list[RunConfig]:
     return runs
 
 
-PRESETS = {"smoke": _smoke, "gpu": _gpu, "paper": _paper, "quality": _quality, "masking": _masking, "calibrate": list}
+PRESETS = {
+    "smoke": _smoke,
+    "gpu": _gpu,
+    "paper": _paper,
+    "quality": _quality,
+    "tune": _tune,
+    "masking": _masking,
+    "calibrate": list,
+}
 
 
 def plan(preset: str) -> Plan:
@@ -323,8 +345,10 @@ def plan(preset: str) -> Plan:
         notes.append("no CIFAR_ROOT: the ResNet-18 and Swin-T CIFAR arms are skipped, their cards stay untested")
     if preset in ("smoke", "quality", "masking") and len(_seeds(3)) < 3:
         notes.append(f"{len(_seeds(3))} seed(s) per quality arm: the quality cards need 3 (SDP_SEEDS=3)")
-    if preset == "quality":
+    if preset in ("quality", "tune"):
         notes.append(f"estimated wall time {quality_wall_s(runs) / 60:.0f} minutes on 2 quiet cores (not measured)")
+    if preset == "tune":
+        notes.append(f"a learning-rate sweep filed as {LR_SWEEP}: suite.sweeps.sweep_winners picks each arm's rate")
     return Plan(
         preset,
         runs,

@@ -1,0 +1,104 @@
+"""Learning rates picked from a sweep (issue 26 item 3): each arm's winner, by AlgoPerf's rule.
+
+A plan files its sweep runs under a reproduction name of their own (suite.plans.lr_sweep), so that no verdict counts
+a tuning run as evidence. An arm here is a record's arm (suite/arms.py) without its learning rate: the runs of one
+arm at several rates are that arm's trials. The rule: every arm gets the same number of trials, on one seed; the
+winner is the rate of the lowest final validation loss, a diverged run losing to every finished one; and a winner at
+the lowest or highest rate swept says nothing about the rates beyond it, so the grid must be extended there first.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from suite.arms import arm_of, differences, label
+from suite.records import FINISHED, load_records
+
+
+@dataclass(frozen=True)
+class Winner:
+    """An arm's picked rate: `label` names the arm without its rate, `grid` holds every rate swept, ascending."""
+
+    label: str
+    lr: float
+    val_loss: float
+    grid: tuple[float, ...]
+
+
+def sweep_winners(folder: str | Path, reproduction: str) -> dict[str, Winner]:
+    """Each arm's winner among the records of `reproduction` (the sweep's name) in the results folder `folder`,
+    by the arm's label; ValueError (one line) where the sweep cannot pick (pick_winners)."""
+    records, _ = load_records(folder)
+    sweep = [r for r in records if r["reproduction"] == reproduction]
+    if not sweep:
+        raise ValueError(f"no records of sweep {reproduction!r} in {folder}; run the plan's tune preset first")
+    return pick_winners(sweep)
+
+
+def pick_winners(records: list[dict]) -> dict[str, Winner]:
+    """Each arm's winner among sweep records, by the arm's label. ValueError (one line) where a run is unfinished,
+    the runs have two seeds, an arm has two runs at one rate, the arms have unequal trial counts, or a winner sits
+    at its grid's edge."""
+    unfinished = [r.get("_path") or r["run_id"] for r in records if r["status"] not in FINISHED]
+    if unfinished:
+        raise ValueError(f"the sweep is not finished ({', '.join(unfinished)}): run its plan again")
+    seeds = sorted({r["env"]["seed"] for r in records})
+    if len(seeds) > 1:
+        raise ValueError(f"the sweep ran seeds {seeds}: AlgoPerf's rule tunes on one seed and reports on others")
+    trials = _trials(records)
+    counts = {name: len(losses) for name, losses in trials.items()}
+    if len(set(counts.values())) > 1:
+        shown = ", ".join(f"{name}: {n}" for name, n in sorted(counts.items()))
+        raise ValueError(f"unequal trial counts ({shown}): AlgoPerf's rule gives every arm the same number of rates")
+    winners = {name: _winner(name, losses) for name, losses in trials.items()}
+    edges = [fix for fix in map(_edge, winners.values()) if fix]
+    if edges:  # every arm's fix at once: one more sweep extends them all
+        raise ValueError("; ".join(edges))
+    return winners
+
+
+def _trials(records: list[dict]) -> dict[str, dict[float, float]]:
+    """arm label -> rate -> final validation loss (infinite for a diverged run)."""
+    trials: dict[str, dict[float, float]] = {}
+    configs: dict[str, dict] = {}
+    for rec in records:
+        config = {k: v for k, v in arm_of(rec)["config"].items() if k != "lr"}
+        name, lr = label(config), rec["settings"]["lr"]
+        if configs.setdefault(name, config) != config:  # the label shows the method's parameters, not the budget
+            raise ValueError(
+                f"two swept arms share the label {name!r}: {', '.join(differences(configs[name], config))}"
+            )
+        if lr in trials.setdefault(name, {}):
+            raise ValueError(f"{name} has two runs at lr={lr:g}: a sweep runs each rate once, on one seed")
+        trials[name][lr] = _final_loss(rec)
+    return trials
+
+
+def _final_loss(rec: dict) -> float:
+    if rec["status"] == "diverged":  # its last finite loss came before it blew up: it loses to every finished run
+        return math.inf
+    loss = next((p["val_loss"] for p in reversed(rec["curve"]) if p["val_loss"] is not None), None)
+    if loss is None:
+        raise ValueError(f"{rec.get('_path') or rec['run_id']} has no validation loss: a sweep needs evaluations")
+    return loss
+
+
+def _winner(name: str, losses: dict[float, float]) -> Winner:
+    grid = tuple(sorted(losses))
+    lr = min(grid, key=losses.__getitem__)  # ties go to the lower rate
+    if math.isinf(losses[lr]):
+        raise ValueError(f"every rate of {name} diverged: extend the grid below {grid[0]:g}")
+    return Winner(name, lr, losses[lr], grid)
+
+
+def _edge(winner: Winner) -> str:
+    """The fix where the winner is the lowest or highest rate swept, else ''."""
+    if winner.lr == winner.grid[0]:
+        return f"{winner.label}'s winner lr={winner.lr:g} is the lowest rate swept: extend the grid below {winner.lr:g}"
+    if winner.lr == winner.grid[-1]:
+        return (
+            f"{winner.label}'s winner lr={winner.lr:g} is the highest rate swept: extend the grid above {winner.lr:g}"
+        )
+    return ""
