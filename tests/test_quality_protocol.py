@@ -1,16 +1,20 @@
 """Issue 26 item 1: the quality protocol at small scale. Every arm of a quality card, in its reproduction's
 `quality` preset, warms up and decays (cosine) over its whole budget under the same rule as its baseline, on the
 stdlib corpus, with at least 3 seeds; each card has a twin at a budget a factor 2 or more away; and the preset's
-estimated wall time on 2 quiet cores is under 90 minutes."""
+estimated wall time on 2 quiet cores is under 90 minutes. Item 3: the `tune` preset gives every quality arm the same
+trials, on seed 0 at the shorter budget under the same rule."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import json
 
 import pandas as pd
 import pytest
 
 from suite.claims import claims_for
+from suite.cli import check_config
 from suite.metrics import side
 from suite.plans import load_plan
 from tests.test_card_commands import planned_row
@@ -71,3 +75,50 @@ def test_the_quality_preset_is_estimated_under_90_minutes(name):
     runs = load_plan(name, "quality").runs
     wall_s = importlib.import_module(PLANS[name]).quality_wall_s(runs)
     assert 0 < wall_s < MINUTES * 60, f"{name}: estimated {wall_s / 60:.0f} minutes"
+
+
+# ---- the tune preset (issue 26 item 3): every quality arm at every rate of one grid, seed 0, the shorter budget ----
+
+TUNED = ("sdp", "fl-fsdp")  # dion's sweep is part of its smoke preset (tests/test_dion_plan.py)
+NOT_THE_ARM = ("lr", "seed", "reproduction", "command")
+
+
+def _arm(cfg) -> str:
+    """A planned run's whole configuration but its rate, seed and filing: what a sweep trial shares with its arm."""
+    fields = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_THE_ARM}
+    return json.dumps(fields, sort_keys=True)
+
+
+@pytest.mark.parametrize("name", TUNED)
+def test_the_tune_preset_sweeps_every_quality_arm_equally_on_seed_0_at_the_shorter_budget(name):
+    module = importlib.import_module(PLANS[name])
+    shorter = module.QUALITY_SCHEDULE.settings(min(module.QUALITY_STEPS))
+    quality = load_plan(name, "quality").runs
+    # the shorter budget's seed-0 runs: warm-up over 10% of the baseline's steps names the budget (docs/plans.md)
+    arms = {_arm(c) for c in quality if c.seed == 0 and c.warmup_steps == shorter["warmup_steps"]}
+    assert len(arms) == len({_arm(c) for c in quality if c.seed == 0}) / 2
+    runs = load_plan(name, "tune").runs
+    rates: dict[str, list[float]] = {}
+    for cfg in runs:
+        rates.setdefault(_arm(cfg), []).append(cfg.lr)
+        assert (cfg.seed, cfg.data, cfg.reproduction) == (0, "stdlib", module.LR_SWEEP)
+        assert _schedule(cfg) == (shorter["warmup_steps"], "cosine", shorter["min_lr_ratio"])
+    assert set(rates) == arms
+    assert all(sorted(lrs) == sorted(module.LR_GRID) for lrs in rates.values()), "the same rates for every arm"
+
+
+@pytest.mark.parametrize("name", TUNED)
+def test_the_grid_holds_the_untuned_rate_inside(name):
+    grid = importlib.import_module(PLANS[name]).LR_GRID
+    (rate,) = {c.lr for c in load_plan(name, "quality").runs}
+    assert len(set(grid)) == len(grid) >= 5 and min(grid) < rate < max(grid)
+
+
+@pytest.mark.parametrize("name", TUNED)
+def test_every_tune_run_passes_the_checks_of_a_run_and_the_plan_notes_its_wall_time(name, tmp_path):
+    plan = load_plan(name, "tune")
+    for cfg in plan.runs:
+        check_config(dataclasses.replace(cfg, results=str(tmp_path)))
+    minutes = importlib.import_module(PLANS[name]).quality_wall_s(plan.runs) / 60
+    assert f"estimated wall time {minutes:.0f} minutes on 2 quiet cores (not measured)" in plan.notes
+    assert minutes < MINUTES
