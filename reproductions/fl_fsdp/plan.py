@@ -20,6 +20,12 @@ Quality (CPU, not yet run; estimated 69 minutes on 2 quiet cores, see quality_wa
 ranks on the stdlib corpus, at two budgets a factor 2 apart (QUALITY_STEPS), FL_FSDP_SEEDS seeds (default 3), under
 the paper's schedule for every arm (QUALITY_SCHEDULE: 10% warm-up, then cosine over the budget) and the smoke
 learning rate (3e-3, identical for every arm as the paper's protocol has it; not tuned per arm).
+Tune (CPU, not yet run; estimated 39 minutes on 2 quiet cores, see quality_wall_s): the learning-rate sweep of the
+second protocol the cards name, tuned per arm (issue 26 item 3, AlgoPerf's rule), which separates the batch-size
+effect from the method: each quality arm on seed 0 at the shorter budget, on the quality preset's corpus and schedule
+rule, at every rate of LR_GRID (20 runs), filed as LR_SWEEP; suite.sweeps.sweep_winners picks each arm's rate and
+refuses a winner at the grid's edge. The tuned protocol (the picked rates on the other seeds) follows once the
+sweep's records are committed.
 GPU: the same arms on every visible GPU (at least 4), llama-134m, 3 seeds. Paper: the paper's runs.
 """
 

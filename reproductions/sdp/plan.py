@@ -16,7 +16,12 @@ inter-node wall-clock from projecting those ledgers onto 2 nodes of 4 A100s (sui
 never mixed with measurements. Quality (CPU, not yet run; estimated 62 minutes on 2 quiet cores, see
 quality_wall_s): the smoke quality arms on the stdlib corpus at two budgets a factor 2 apart (QUALITY_STEPS DDP
 steps), SDP_SEEDS seeds each, one schedule for every arm (QUALITY_SCHEDULE: warm-up over 10% of DDP's steps, then
-cosine over each arm's own budget) at the smoke learning rate, not tuned per arm. Masking (CPU, 8 gloo workers):
+cosine over each arm's own budget) at the smoke learning rate, not tuned per arm. Tune (CPU, not yet run; estimated
+35 minutes on 2 quiet cores, see quality_wall_s): the learning-rate sweep of the tuned protocol (issue 26 item 3,
+AlgoPerf's rule), each quality arm on seed 0 at the shorter budget, on the quality preset's corpus and schedule rule,
+at every rate of LR_GRID (15 runs), filed as LR_SWEEP; suite.sweeps.sweep_winners picks each arm's rate and refuses
+a winner at the grid's edge. The tuned protocol (the picked rates on the other seeds) follows once the sweep's
+records are committed. Masking (CPU, 8 gloo workers):
 b-sdp against bb-sdp at C = 3/8 on llama-tiny-8l, three seeds, the quality corpus and schedule rule. Calibrate
 (CPU, about 12 minutes, written beside the smoke records): the 1B baselines over micro-batch and precision, and
 the method where they match the paper's absolute numbers. GPU: llama-134m on every visible GPU (at least 2), three
