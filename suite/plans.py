@@ -8,8 +8,7 @@ run get numbers labelled `estimated` and `simulated`, never mixed with measureme
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from suite.config import RunConfig, command_line
@@ -89,9 +88,7 @@ def lr_sweep(arms: list[RunConfig], grid: tuple[float, ...], reproduction: str) 
     suite.sweeps picks each arm's winner from the records. Rate by rate, so a sweep stopped midway leaves every
     arm with nearly as many trials as the others."""
     return [
-        dataclasses.replace(cfg, lr=lr, seed=0, reproduction=reproduction, variant=dict(cfg.variant))
-        for lr in grid
-        for cfg in arms
+        replace(cfg, lr=lr, seed=0, reproduction=reproduction, variant=dict(cfg.variant)) for lr in grid for cfg in arms
     ]
 
 
