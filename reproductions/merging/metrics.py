@@ -35,8 +35,8 @@ def _finetunes(df: pd.DataFrame, seeds: list[int]) -> pd.DataFrame:
     return df[started & df["seed"].isin(seeds) & df["provenance"].eq("measured")]
 
 
-@metric("merge", fields=None, quality=True)  # the merge step's scores (step.py), which no summary row has
-def merge(df: pd.DataFrame, method: str, baseline: str, field: str) -> Samples:
+@metric("micro-merge", fields=None, quality=True)  # the merge step's scores (step.py), which no summary row has
+def micro_merge(df: pd.DataFrame, method: str, baseline: str, field: str) -> Samples:
     """`field` of item `method`'s rows and of item `baseline`'s rows, over the seeds both have (unpaired, as the
     quality tests compare them); the baseline's runs are the fine-tunes of those seeds (for the plateau)."""
     mine, mine_used = _rows(df, method)
