@@ -59,7 +59,7 @@ import yaml
 from suite import targets  # noqa: F401  (registers the to-target metric)
 from suite.atomic import NotAFile, read_regular
 from suite.errors import ClaimsError
-from suite.metrics import METRIC_FIELDS, METRICS
+from suite.metrics import METRIC_FIELDS, METRICS, QUALITY
 
 KINDS = ("ratio", "quality", "mechanism")
 PROTOCOLS = ("tokens", "flops", "time", "target")
@@ -518,7 +518,7 @@ def _metric(e: _Entry, kind: str) -> dict[str, Any]:
     name = spec.get("name")
     if not isinstance(name, str) or name not in METRICS:
         raise e.error("metric.name", f"{_short(name)} is not a registered metric; use one of {sorted(METRICS)}")
-    if (kind == "quality") != (name == "quality"):
+    if (kind == "quality") != (name in QUALITY):
         raise e.error("metric.name", f"a {kind} claim cannot use the {name!r} metric")
     args = {k: v for k, v in spec.items() if k != "name"}
     params = inspect.signature(METRICS[name]).parameters

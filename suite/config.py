@@ -135,7 +135,8 @@ class RunConfig:
     seq_len: int = setting(128, "tokens per sequence")
     # data and evaluation
     data: str | None = setting(
-        help="text (embedded), stdlib (embedded, 11 MB), fineweb, fineweb-edu, digits (embedded), cifar10, cifar100",
+        help="text (embedded), stdlib (embedded, 11 MB), stdlib-AREA (a library area), fineweb, fineweb-edu, digits "
+        "(embedded), cifar10, cifar100",
         flag="--data",
         type=str,
     )
@@ -161,6 +162,17 @@ class RunConfig:
         kind="record",
         flag="--checkpoint",
         type=str,
+        estimate=False,
+    )
+    # a model file that --checkpoint wrote: the run starts from its weights instead of a fresh initialisation
+    # (a fine-tune); part of the arm, so runs from two starting points are never pooled as seeds
+    init_from: str | None = setting(
+        help="start from the weights of a model file --checkpoint wrote (a fine-tune)", type=str, estimate=False
+    )
+    save_every: int = setting(
+        0,
+        "with --checkpoint PATH, also save the model every N steps as PATH-stepNNNNNN (a trajectory; 0: off)",
+        kind="record",
         estimate=False,
     )
     # metering, all off the clock (suite/meters/schedule.py): FLOPs on step flop_step; memory and communication

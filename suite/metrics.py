@@ -43,11 +43,17 @@ SIDE = ("method", "optimizer", "variant", "arm")
 
 
 def metric(
-    name: str, fields: tuple[str, ...] | None = FRAME_FIELDS, ratio: bool = False, diverged: bool = False
+    name: str,
+    fields: tuple[str, ...] | None = FRAME_FIELDS,
+    ratio: bool = False,
+    diverged: bool = False,
+    quality: bool = False,
 ) -> Callable:
     """Register a metric; `fields` are the record fields its claims may name (None: any, the metric checks);
     `ratio`: its values are method / baseline (the report draws them on the ratio axis); `diverged`: it reads
-    diverged runs beside complete ones (a diverged seed never reaches a target, and saying so is a result)."""
+    diverged runs beside complete ones (a diverged seed never reaches a target, and saying so is a result);
+    `quality`: it gives both sides' seeds (Samples.baseline) for a quality claim's test, and only quality claims
+    take it."""
 
     def register(fn: Callable[..., Samples]) -> Callable[..., Samples]:
         METRICS[name] = fn
@@ -56,6 +62,8 @@ def metric(
             RATIOS.add(name)
         if diverged:
             READS_DIVERGED.add(name)
+        if quality:
+            QUALITY.add(name)
         return fn
 
     return register
@@ -64,6 +72,7 @@ def metric(
 METRIC_FIELDS: dict[str, tuple[str, ...] | None] = {}
 RATIOS: set[str] = set()
 READS_DIVERGED: set[str] = set()
+QUALITY: set[str] = set()
 
 
 def _arm(
@@ -191,7 +200,7 @@ def value(
     return Samples(a.to_numpy(dtype=float), rows, _settings(a))
 
 
-@metric("quality")
+@metric("quality", quality=True)
 def quality(
     df: pd.DataFrame,
     field: str,

@@ -30,7 +30,7 @@ from suite import data as data_lib
 from suite import faults, models
 from suite.config import RunConfig
 from suite.evals import run_evals
-from suite.evals.checkpoint import full_state, plain_model, save_checkpoint
+from suite.evals.checkpoint import full_state, load_state, plain_model, save_checkpoint, trajectory_path
 from suite.evals.vision import image_accuracy
 from suite.meters.base import MeterContext, Metering, write_sections
 from suite.meters.builtin import meters_for
@@ -159,10 +159,13 @@ class Worker:
         self.strategy.setup(self.ctx)
         torch.manual_seed(cfg.seed)
         full_params: list[int] = []
+        start = load_state(cfg.init_from, cfg.model, overrides) if cfg.init_from else None
 
         def make_model() -> nn.Module:
             m = models.build_model(cfg.model, **overrides)
             full_params.append(models.num_params(m))
+            if start is not None:  # before the strategy shards or wraps it: every method starts from these weights
+                m.load_state_dict(start)
             return m
 
         with self.model_scope():
@@ -346,6 +349,8 @@ class Worker:
             if diverged:
                 self._close(progress, clock, at.flops_per_step, diverged=(train_loss, progress.val_loss))
                 return
+            if cfg.checkpoint and cfg.save_every and at.step % cfg.save_every == 0:
+                self._save_model(trajectory_path(cfg.checkpoint, at.step), self.assembled())
             if stop:
                 break
             if cfg.checkpoint_every and at.step >= next_checkpoint and not self.metering.straddles(at.step):
@@ -444,20 +449,25 @@ class Worker:
         image = self.task.kind == "image"
         if not (names or image or cfg.checkpoint):
             return
-        model, config = self.assembled(), self.record["model"]["config"]
+        model = self.assembled()
         if cfg.checkpoint:
-            save_checkpoint(model, cfg.checkpoint, cfg.model, config, data=self.record["data"]["name"])
+            self._save_model(cfg.checkpoint, model)
         if not (names or image):
             return
         state = full_state(model)  # a collective under FSDP2: every rank takes part
         if self.rank != 0:
             return
-        plain = plain_model(cfg.model, config, state, self.device)
+        plain = plain_model(cfg.model, self.record["model"]["config"], state, self.device)
         if names:
             limit = None if cfg.eval_limit is None else int(cfg.eval_limit)
             self.record["evals"].update(run_evals(plain, names, self.device, limit=limit, seed=cfg.seed))
         if image:
             self.record["evals"]["top1"] = image_accuracy(plain, self.data, self.device)
+
+    def _save_model(self, path: str | Path, model: nn.Module) -> None:
+        """The evaluation model's full weights to `path` (a collective under FSDP2: every rank calls it)."""
+        config, data = self.record["model"]["config"], self.record["data"]["name"]
+        save_checkpoint(model, path, self.cfg.model, config, data=data)
 
     def _plain_model(self) -> nn.Module:
         return getattr(self.model, "module", self.model)

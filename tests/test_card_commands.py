@@ -81,8 +81,9 @@ def _frame(plan: Plan) -> pd.DataFrame:
 def missing_sides(card: Claim, plan: Plan) -> list[str]:
     """The sides of `card` that `plan` plans nothing for."""
     m = card.metric
-    if m["name"].startswith("micro"):  # micro, micro-slope: microbenchmark items, named by `method`
-        return [] if any(item.name == m["method"] for item in plan.micro) else [f"micro item {m['method']}"]
+    if m["name"].startswith("micro"):  # micro, micro-slope, micro-merge: microbenchmark items, named by `method`
+        items = {item.name for item in plan.micro}  # (and `baseline`, where the metric compares two)
+        return [f"micro item {n}" for n in (m["method"], m.get("baseline")) if n and n not in items]
     df = _frame(plan)
     out = []
     for baseline, protocol in ((False, card.protocol), (True, card.baseline_protocol or card.protocol)):

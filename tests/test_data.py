@@ -238,10 +238,11 @@ def test_digits_are_3_channel_32x32_normalised_and_split_by_class(digits):
 
 
 def test_registry_names_defaults_and_errors():
-    assert set(NAMES) == {"text", "stdlib", "fineweb", "fineweb-edu", "digits", "cifar10", "cifar100"}
-    assert EMBEDDED == ["digits", "stdlib", "text"]
+    areas = [f"stdlib-{a}" for a in ("concurrency", "gui", "net", "rest", "text")]
+    assert set(NAMES) == {"text", "stdlib", *areas, "fineweb", "fineweb-edu", "digits", "cifar10", "cifar100"}
+    assert EMBEDDED == ["digits", "stdlib", *areas, "text"]
     assert (default_data_for("lm"), default_data_for("image")) == ("text", "digits")
-    with pytest.raises(ValueError, match="cifar10, cifar100, digits, fineweb, fineweb-edu, stdlib, text"):
+    with pytest.raises(ValueError, match="cifar10, cifar100, digits, fineweb, fineweb-edu, stdlib, stdlib-concurrency"):
         load_data("imagenet")
     with pytest.raises(ValueError, match="use one of lm, image"):
         default_data_for("audio")

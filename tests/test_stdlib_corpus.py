@@ -9,8 +9,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from suite.data import TokenData, epochs_seen, load_data
-from suite.data.stdlib import VAL_MODULUS, corpus_files, is_val, split_files, stdlib_root, stdlib_text
+from suite.data import STDLIB_AREAS, TokenData, epochs_seen, load_data
+from suite.data.stdlib import (
+    AREAS,
+    REST,
+    VAL_MODULUS,
+    area_of,
+    corpus_files,
+    is_area_val,
+    is_val,
+    split_files,
+    stdlib_area,
+    stdlib_root,
+    stdlib_text,
+)
 from suite.data.text import DOC_SEPARATOR, topic_split
 
 # a val file this short (an `__init__.py` of one import) may recur inside another file by chance
@@ -134,3 +146,34 @@ def test_a_run_records_the_epochs_it_saw(runs, data):
     assert rec["status"] == "complete" and rec["data"]["name"] == data
     assert rec["totals"]["epochs"] == rec["totals"]["tokens"] / rec["data"]["n_train_tokens"] > 0
     assert rec["data"]["corpus"]["train_sha256"] == load_data(data).describe()["corpus"]["train_sha256"]
+
+
+# ---- library areas (--data stdlib-AREA) ------------------------------------------------------------------
+def test_the_registry_lists_every_area():
+    assert STDLIB_AREAS == (*AREAS, REST)
+
+
+def test_areas_partition_the_corpus_into_disjoint_splits_each_held_out_where_stdlib_holds_out(tmp_path):
+    files = ["re/_parser.py", "string.py", "stringprep.py", "http/client.py", "asyncio/events.py", "abc.py"]
+    files += names("tkinter/m", val=True, n=2) + names("tkinter/m", val=False, n=2)
+    files += [f"json/m{i}.py" for i in range(12)] + [f"ssl{i}/x.py" for i in range(12)]
+    root = make_tree(tmp_path, files)
+    assert [area_of(p) for p in files[:6]] == ["text", "text", "text", "net", "concurrency", REST]
+    assert area_of("ssl0/x.py") == REST  # a module prefix matches its own file, not a folder of a longer name
+    assert all(is_area_val(p) for p in files if is_val(p))  # 5 divides 20: stdlib's held-out files stay held out
+    seen = []
+    for area in STDLIB_AREAS:
+        try:
+            data = stdlib_area(area, root)
+        except FileNotFoundError:  # an area with no validation file in this small tree
+            continue
+        assert data.name == f"stdlib-{area}" and f"library area {area!r}" in data.split_rule
+        seen.append(area)
+    assert "gui" in seen
+    with pytest.raises(ValueError, match="unknown stdlib area 'sound'; choose one of: text, net"):
+        stdlib_area("sound", root)
+
+
+def test_the_real_areas_have_train_and_validation_text():
+    sizes = {a: load_data(f"stdlib-{a}").describe() for a in STDLIB_AREAS}
+    assert all(d["n_train_tokens"] > 500_000 and d["n_val_tokens"] > 50_000 for d in sizes.values()), sizes

@@ -1,1 +1,37 @@
-"""Weight averaging and model merging: soups, task arithmetic, TIES-Merging, SWA (issue 30; no plan yet)."""
+"""Weight averaging and model merging: soups, task arithmetic, TIES-Merging and SWA over fine-tunes of one model."""
+
+from pathlib import Path
+
+from reproductions.merging import metrics  # noqa: F401  (registers the claim metric over the merge step's records)
+from reproductions.merging.merge import (
+    MergeError,
+    ensemble_log_probs,
+    greedy_soup,
+    load_dcp,
+    swa,
+    task_arithmetic,
+    ties_merging,
+    uniform_soup,
+)
+from reproductions.merging.plan import plan
+from suite.extensions import Reproduction
+
+REPRODUCTION = Reproduction(
+    name="merging",
+    description="Soups, task arithmetic, TIES and SWA over fine-tunes of one llama-tiny: per task and held out",
+    plan=plan,
+    presets=("smoke", "gpu"),
+    claims=Path(__file__).with_name("claims.yaml"),
+)
+
+__all__ = [
+    "REPRODUCTION",
+    "MergeError",
+    "ensemble_log_probs",
+    "greedy_soup",
+    "load_dcp",
+    "swa",
+    "task_arithmetic",
+    "ties_merging",
+    "uniform_soup",
+]

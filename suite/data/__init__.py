@@ -8,20 +8,24 @@ from suite.data.text import TokenData
 
 Data = TokenData | ImageData
 
-# name -> (module, loader, fixed options); None marks an embedded set, which takes no data root.
+# the standard library's areas, each a set of its own (suite/data/stdlib.py AREAS; literal here so that listing
+# the sets imports no loader)
+STDLIB_AREAS = ("text", "net", "concurrency", "gui", "rest")
+# name -> (module, loader, fixed options, embedded). An embedded set takes no data root; the others get it.
 # Loader modules are imported on first use: datasets, torchvision and scikit-learn together add
 # seconds to the start of every worker that would never read them.
-_LOADERS: dict[str, tuple[str, str, dict | None]] = {
-    "text": ("suite.data.text", "embedded_text", None),
-    "stdlib": ("suite.data.stdlib", "stdlib_text", None),
-    "digits": ("suite.data.images", "embedded_images", None),
-    "fineweb": ("suite.data.fineweb", "fineweb_text", {"name": "fineweb"}),
-    "fineweb-edu": ("suite.data.fineweb", "fineweb_text", {"name": "fineweb-edu"}),
-    "cifar10": ("suite.data.cifar", "cifar", {"name": "cifar10"}),
-    "cifar100": ("suite.data.cifar", "cifar", {"name": "cifar100"}),
+_LOADERS: dict[str, tuple[str, str, dict, bool]] = {
+    "text": ("suite.data.text", "embedded_text", {}, True),
+    "stdlib": ("suite.data.stdlib", "stdlib_text", {}, True),
+    **{f"stdlib-{a}": ("suite.data.stdlib", "stdlib_area", {"area": a}, True) for a in STDLIB_AREAS},
+    "digits": ("suite.data.images", "embedded_images", {}, True),
+    "fineweb": ("suite.data.fineweb", "fineweb_text", {"name": "fineweb"}, False),
+    "fineweb-edu": ("suite.data.fineweb", "fineweb_text", {"name": "fineweb-edu"}, False),
+    "cifar10": ("suite.data.cifar", "cifar", {"name": "cifar10"}, False),
+    "cifar100": ("suite.data.cifar", "cifar", {"name": "cifar100"}, False),
 }
 NAMES = sorted(_LOADERS)
-EMBEDDED = sorted(name for name, (_, _, fixed) in _LOADERS.items() if fixed is None)
+EMBEDDED = sorted(name for name, (*_, embedded) in _LOADERS.items() if embedded)
 DEFAULTS = {"lm": "text", "image": "digits"}
 
 
@@ -29,12 +33,12 @@ def load_data(name: str, data_root: str | None = None, **kw) -> Data:
     """The data set called `name`; data_root and kw go to the loaders of sets that live on disk or the Hub."""
     if name not in _LOADERS:
         raise ValueError(f"unknown data set {name!r}: use one of {', '.join(NAMES)}")
-    module, loader, fixed = _LOADERS[name]
+    module, loader, fixed, embedded = _LOADERS[name]
     load = getattr(importlib.import_module(module), loader)
-    if fixed is None:
+    if embedded:
         if data_root is not None or kw:
             raise ValueError(f"{name!r} is embedded and takes no data root or options; drop --data-root")
-        return load()
+        return load(**fixed)
     return load(data_root, **fixed, **kw)
 
 

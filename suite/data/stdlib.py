@@ -14,6 +14,12 @@ Split, by file: a file is validation when SHA-256 of its path relative to the st
 separators), its first 8 bytes read as a big-endian integer, is 0 modulo 20: about 5% of files. The rule reads
 the path only, so it does not depend on file-system order, and a file keeps its split in every Python version
 that has it. Each split is its files' bytes in order of that path, joined by a blank line.
+
+Library areas (`--data stdlib-AREA`): the corpus cut by what the code does (AREAS: text and markup formats,
+networking, concurrency, GUI; `rest` is every file in none of them), for tasks that must differ in domain (a
+model fine-tuned per area, another area held out). An area holds out a fifth of its files, by the same hash
+modulo AREA_VAL_MODULUS (5, which divides 20: every file `stdlib` holds out is held out here too), since one
+file in 20 leaves some areas without a validation file.
 """
 
 import hashlib
@@ -26,6 +32,25 @@ from suite.data.text import TokenData, corpus_identity, python_version, to_token
 
 VAL_MODULUS = 20  # one file in 20 held out
 EXCLUDED_FOLDERS = frozenset({"test", "tests", "idle_test", "site-packages", "encodings", "pydoc_data"})
+# library areas: path prefixes relative to the stdlib root (a folder ends with "/"; a module prefix matches its file)
+AREAS = {
+    "text": (
+        *("codecs.py", "csv.py", "difflib.py", "gettext.py", "locale.py", "shlex.py", "sre_", "string.py"),
+        *("stringprep.py", "textwrap.py", "tokenize.py", "email/", "html/", "json/", "re/", "tomllib/", "xml/"),
+    ),
+    "net": (
+        *("asynchat.py", "asyncore.py", "ftplib.py", "imaplib.py", "ipaddress.py", "mailbox.py", "mimetypes.py"),
+        *("nntplib.py", "poplib.py", "smtpd.py", "smtplib.py", "socket.py", "socketserver.py", "ssl.py"),
+        *("telnetlib.py", "webbrowser.py", "http/", "urllib/", "wsgiref/", "xmlrpc/"),
+    ),
+    "concurrency": (
+        *("_threading_local.py", "queue.py", "sched.py", "selectors.py", "subprocess.py", "threading.py"),
+        *("asyncio/", "concurrent/", "multiprocessing/"),
+    ),
+    "gui": ("turtle.py", "idlelib/", "tkinter/", "turtledemo/"),
+}
+REST = "rest"
+AREA_VAL_MODULUS = 5
 SPLIT_RULE = (
     f"by file: validation when int.from_bytes(sha256(path relative to the stdlib root, '/'-separated)[:8], 'big') "
     f"% {VAL_MODULUS} == 0 (about {100 // VAL_MODULUS}% of files); each split in order of that path"
@@ -63,11 +88,44 @@ def split_files(paths: list[str]) -> tuple[list[str], list[str]]:
     return [p for p in ordered if not is_val(p)], [p for p in ordered if is_val(p)]
 
 
+def area_of(path: str) -> str:
+    """The library area of the file at this relative path (REST when it is in none)."""
+    return next((name for name, prefixes in AREAS.items() if path.startswith(prefixes)), REST)
+
+
+def is_area_val(path: str) -> bool:
+    """Whether the file is held out in its area's split (a fifth of the files; a superset of is_val's)."""
+    digest = hashlib.sha256(path.encode()).digest()
+    return int.from_bytes(digest[:8], "big") % AREA_VAL_MODULUS == 0
+
+
 def stdlib_text(root: Path | None = None) -> TokenData:
     """The standard library's source as byte tokens; `root` defaults to the running interpreter's stdlib."""
     root = stdlib_root() if root is None else root
     paths = corpus_files(root)
     train_paths, val_paths = split_files(paths)
+    return _token_data("stdlib", root, paths, train_paths, val_paths, SPLIT_RULE)
+
+
+def stdlib_area(area: str, root: Path | None = None) -> TokenData:
+    """The files of one library area (AREAS, or REST), split by is_area_val."""
+    if area not in (*AREAS, REST):
+        raise ValueError(f"unknown stdlib area {area!r}; choose one of: {', '.join([*AREAS, REST])}")
+    root = stdlib_root() if root is None else root
+    paths = [p for p in corpus_files(root) if area_of(p) == area]
+    train_paths = [p for p in paths if not is_area_val(p)]
+    val_paths = [p for p in paths if is_area_val(p)]
+    what = f"files under {', '.join(AREAS[area])}" if area in AREAS else "files in no other area"
+    rule = (
+        f"library area {area!r} ({what}); by file: validation when int.from_bytes(sha256(path)[:8], 'big') % "
+        f"{AREA_VAL_MODULUS} == 0"
+    )
+    return _token_data(f"stdlib-{area}", root, paths, train_paths, val_paths, rule)
+
+
+def _token_data(
+    name: str, root: Path, paths: list[str], train_paths: list[str], val_paths: list[str], rule: str
+) -> TokenData:
     if not train_paths or not val_paths:
         raise FileNotFoundError(
             f"{len(paths)} .py files under {root} give no train or no validation file: this Python ships its "
@@ -77,10 +135,10 @@ def stdlib_text(root: Path | None = None) -> TokenData:
     val_docs = [(root / p).read_bytes() for p in val_paths]
     train = to_tokens(train_docs)
     return TokenData(
-        name="stdlib",
+        name=name,
         source=f"{platform.python_implementation()} {python_version()} standard library source ({len(paths)} .py files "
         f"outside {', '.join(sorted(EXCLUDED_FOLDERS))}, config-*/ and _sysconfigdata_*; embedded)",
-        split_rule=f"{SPLIT_RULE} ({len(val_paths)} val, {len(train_paths)} train files)",
+        split_rule=f"{rule} ({len(val_paths)} val, {len(train_paths)} train files)",
         train=train,
         val=to_tokens(val_docs),
         identity=corpus_identity("files", train_docs, val_docs, train),

@@ -81,6 +81,32 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> tup
     return model, {k: v for k, v in payload.items() if k != "state_dict"}
 
 
+def load_state(path: str | Path, model_name: str, config: dict) -> dict[str, torch.Tensor]:
+    """The weights of the model file at `path`, checked to be of `model_name` with `config` (a run that starts
+    from another's final model: --set init_from=PATH); a one-line ValueError otherwise."""
+    if not Path(path).is_file():
+        raise ValueError(f"init_from: no model file at {str(path)!r}; write one with --checkpoint PATH first")
+    try:
+        payload = _payload(_read(path))
+        _check_fits(payload["model"], payload["config"], payload["state_dict"])
+    except ValueError as err:
+        raise ValueError(f"init_from {path}: {err}") from None
+    wanted = model_config(model_name, **config)
+    if payload["model"] != model_name or payload["config"] != wanted:
+        differ = sorted(k for k in wanted if payload["config"].get(k) != wanted[k])
+        raise ValueError(
+            f"init_from {path}: it holds {payload['model']}, this run builds {model_name}"
+            + (f" (config differs in {', '.join(differ)})" if differ else "")
+        )
+    return payload["state_dict"]
+
+
+def trajectory_path(path: str | Path, step: int) -> Path:
+    """Where --set save_every writes the model after `step` steps: PATH with -stepNNNNNN before its suffix."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}-step{step:06d}{path.suffix}")
+
+
 def _read(path: str | Path) -> Any:
     try:
         with warnings.catch_warnings():  # torch warns about pickle protocols on stderr; the error says enough

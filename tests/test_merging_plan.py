@@ -1,0 +1,131 @@
+"""The merging reproduction's plan, its merge step (reproductions/merging/step.py) on small models, and its claim
+metric over the step's records."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from reproductions.merging.plan import OOD, SEEDS, base_path
+from reproductions.merging.plan import TASKS as PLANNED
+from reproductions.merging.step import MERGES, merge_item
+from suite.claims import claims_for
+from suite.cli import check_config
+from suite.evals.checkpoint import save_checkpoint, trajectory_path
+from suite.micro import micro_record
+from suite.models import build_model
+from suite.plans import load_plan
+from suite.records import read_record, write_record
+from suite.verdicts import judge_all
+
+SMALL = {"dim": 32, "n_layers": 1, "n_heads": 2, "n_kv_heads": 2, "ffn_dim": 64, "max_seq_len": 64}
+EVAL = {"n_batches": 1, "batch": 2, "seq_len": 32}
+TASKS = ["text", "net", "concurrency"]
+
+
+@pytest.mark.parametrize("preset", ["smoke", "gpu"])
+def test_the_plan_checks_every_run_before_any_model_file_exists(preset):
+    plan = load_plan("merging", preset)
+    for cfg in plan.runs:
+        if preset == "smoke":
+            check_config(cfg)
+    finetunes = [c for c in plan.runs if c.init_from]
+    assert {c.init_from for c in finetunes} == {base_path(preset)}
+    assert len(finetunes) == len(PLANNED) * len(SEEDS)
+    # every fine-tune has one schedule and budget; only the first task's saves a trajectory
+    assert len({(c.tokens, c.lr, c.warmup_steps, c.lr_decay) for c in finetunes}) == 1
+    assert {c.data for c in finetunes if c.save_every} == {f"stdlib-{PLANNED[0]}"}
+    assert OOD not in {c.data.removeprefix("stdlib-") for c in plan.runs}
+    assert [item.name for item in plan.micro] == list(MERGES)
+
+
+def _save(state: dict, path) -> str:
+    model = build_model("llama-tiny", **SMALL)
+    model.load_state_dict(state)
+    return str(save_checkpoint(model, path, "llama-tiny", SMALL))
+
+
+def _nudged(state: dict, scale: float, seed: int) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    return {k: v + scale * torch.randn(v.shape, generator=g) for k, v in state.items()}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict:
+    """A base, three "fine-tunes" near it, a trajectory of the first, and a base from another initialisation."""
+    folder = tmp_path_factory.mktemp("models")
+    torch.manual_seed(0)
+    base = build_model("llama-tiny", **SMALL).state_dict()
+    torch.manual_seed(1)
+    other = build_model("llama-tiny", **SMALL).state_dict()
+    tuned = [_nudged(base, 0.01, i) for i in range(3)]
+    final = folder / "ft0.pt"
+    trajectory = [_save(_nudged(tuned[0], 0.005, 10 + s), trajectory_path(final, s)) for s in (1, 2)]
+    trajectory.append(_save(tuned[0], trajectory_path(final, 3)))
+    return {
+        "base": _save(base, folder / "base.pt"),
+        "models": [_save(s, folder / f"ft{i}.pt") for i, s in enumerate(tuned)],
+        "trajectory": trajectory,
+        "control": _save(other, folder / "other.pt"),
+    }
+
+
+def _row(files: dict, merge: str, seed: int = 0) -> dict:
+    return {
+        "merge": merge,
+        "seed": seed,
+        "tasks": TASKS,
+        "ood": "gui",
+        "eval": EVAL,
+        **files,
+    }
+
+
+@pytest.fixture(scope="module")
+def scored(files) -> dict:
+    return {merge: merge_item(torch.device("cpu"), **_row(files, merge))() for merge in MERGES}
+
+
+def test_every_merge_scores_every_task_the_average_the_worst_and_the_held_out_domain(scored):
+    for merge, out in scored.items():
+        losses = [out[f"{t}_loss"] for t in TASKS]
+        assert out["avg_loss"] == pytest.approx(sum(losses) / 3), merge
+        # init-ingredients is the mean of two models' scores, field by field: the mean of their worst tasks
+        assert merge == "init-ingredients" or out["worst_loss"] == max(losses), merge
+        assert out["ood_loss"] > 0 and out["select_s"] >= 0
+    assert scored["final-iterate"]["own_loss"] == scored["final-iterate"]["text_loss"]
+    assert "own_loss" in scored["swa"] and scored["swa"]["merged_models"] == 1
+    assert scored["ensemble"]["merged_models"] == 3
+    # the final iterate of the trajectory is the first fine-tune, scored alike
+    best, tuned0 = scored["best-single"], scored["final-iterate"]
+    assert best["selected"] in (0, 1, 2) and (best["selected"] != 0 or best["avg_loss"] == tuned0["avg_loss"])
+
+
+def test_the_negative_control_scores_the_mean_of_its_two_models(files, scored):
+    alone = [
+        merge_item(torch.device("cpu"), **{**_row(files, "base"), "base": p})()
+        for p in (files["base"], files["control"])
+    ]
+    both = scored["init-ingredients"]
+    assert both["avg_loss"] == pytest.approx((alone[0]["avg_loss"] + alone[1]["avg_loss"]) / 2)
+    assert both["ood_loss"] == pytest.approx((alone[0]["ood_loss"] + alone[1]["ood_loss"]) / 2)
+
+
+@pytest.mark.slow  # 33 rows measured three times each: two minutes on 2 busy cores
+def test_merge_step_records_are_valid_and_the_claims_read_them(files, tmp_path):
+    items = load_plan("merging", "smoke").micro
+    records = []
+    for item in items:
+        small = dataclasses.replace(item, shapes=[_row(files, item.name, s) for s in (0, 1, 2)])
+        rec = micro_record(small, "merging", f"python -m suite micro merging {item.name}", str(tmp_path))
+        path = str(write_record(rec, tmp_path / f"{rec['run_id']}.json"))
+        records.append({**read_record(path), "_path": path})  # as load_records gives them to the verdicts
+    assert all(r["provenance"] == "measured" and len(r["micro"]["rows"]) == 3 for r in records)
+    verdicts = dict((c.id, v) for c, v in judge_all(claims_for("merging"), records))
+    assert set(verdicts) == {c.id for c in claims_for("merging")}
+    # three seeds of the same models and no fine-tune runs to show a plateau: nothing is decided
+    for verdict in verdicts.values():
+        assert verdict.verdict == "inconclusive" and verdict.n_seeds == 3, verdict.reason
+        assert "runs too short" in verdict.reason or "every seed gives the same value" in verdict.reason
