@@ -102,10 +102,11 @@ class PpFsdp(Pipeline):
         ctx.label_group(None, "world")  # the gradient norm sums every rank's shards
 
     def build(self, make_model: Callable[[], nn.Module], ctx: Context) -> nn.Module:
-        stage = self.make_stage(make_model, ctx)
-        _shard(stage, self.mesh["dp"], self.cfg.precision)
-        self.wrap_schedule(stage, ctx)
-        return stage
+        stages = self.make_stages(make_model, ctx)
+        for stage in stages:
+            _shard(stage, self.mesh["dp"], self.cfg.precision)
+        self.wrap_schedule(stages, ctx)
+        return stages
 
     def clip_grad_norm(self, model: nn.Module, max_norm: float, ctx: Context) -> None:
         grads = [local_tensor(p.grad) for p in model.parameters() if p.grad is not None]
