@@ -25,7 +25,7 @@ def _check_grid(name: str, world_size: int, inner: int) -> None:
     if inner < 2 or world_size % inner or world_size // inner < 2:
         raise ValueError(
             f"{name} needs a 2-D mesh of at least 2 x 2: {world_size} workers cannot be split into groups of "
-            f"{inner}; use --nproc 4"
+            f"{inner}; use --nproc {2 * max(inner, 2)}"
         )
 
 

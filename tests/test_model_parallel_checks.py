@@ -43,6 +43,8 @@ def _check(method: str, nproc: int, precision: str = "fp32", **variant) -> None:
             "the interleaved schedule needs microbatches a multiple of the 2 stages, got 3; use --set microbatches=4",
         ),
         ("ep", 2, {}, "llama-tiny has none: use --model llama-tiny-moe"),
+        ("fsdp-tp", 3, {}, "3 workers cannot be split into groups of 2; use --nproc 4"),
+        ("pp-fsdp", 6, {"stages": 4}, "6 workers cannot be split into groups of 4; use --nproc 8"),
         ("cp", 3, {}, "seq_len 128 cannot be split into 3 equal chunks; use --set seq_len=126"),
     ],
 )
