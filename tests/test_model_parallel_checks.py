@@ -54,7 +54,7 @@ def test_bad_shapes_are_one_line(method, nproc, variant, words):
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("method", ["fsdp", "tp", "pp"])
+@pytest.mark.parametrize("method", ["fsdp", "tp", "pp", "ep", "cp"])
 @pytest.mark.parametrize("mode", ["fp16", "fp8"])
 def test_precisions_a_method_does_not_implement_are_refused(method, mode):
     with pytest.raises(ValueError, match=re.escape(f"method {method} runs in fp32, bf16, not {mode}")):
