@@ -50,6 +50,8 @@ class Stage(nn.Module):
         self.norm, self.output = (model.norm, model.output) if last else (None, None)
         self.register_buffer("rope_cos", model.rope_cos, persistent=False)
         self.register_buffer("rope_sin", model.rope_sin, persistent=False)
+        # this rank's computing time and the schedule's wall time in the last step (PipelineBubble reads them)
+        self.busy_s = self.span_s = 0.0
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         if self.tok_embeddings is not None:
@@ -60,12 +62,22 @@ class Stage(nn.Module):
 
 
 class LocalStages(nn.ModuleList):
-    """The stages one rank runs, in pipeline order (one, or V for the interleaved schedule)."""
+    """The V stages one rank runs under the interleaved schedule, in pipeline order."""
 
     def __init__(self, stages: list[Stage]) -> None:
         super().__init__(stages)
         # this rank's computing time and the schedule's wall time in the last step (PipelineBubble reads them)
         self.busy_s = self.span_s = 0.0
+
+
+def rank_model(stages: list[Stage]) -> nn.Module:
+    """The model a rank trains: its one stage itself (an FSDP2 root under pp-fsdp, which the memory meter tracks
+    as FSDP2), or its stages together."""
+    return stages[0] if len(stages) == 1 else LocalStages(stages)
+
+
+def stages_of(model: nn.Module) -> list[Stage]:
+    return list(model) if isinstance(model, LocalStages) else [model]
 
 
 def stage_bounds(n_layers: int, stages: int, stage: int) -> tuple[int, int]:
@@ -112,9 +124,10 @@ def check_pipeline(model: str, stages: int, microbatches: int, micro_batch: int,
 class _PipelineForward(nn.Module):
     """Evaluation through the stages without a schedule: hidden states passed on, logits broadcast from the last."""
 
-    def __init__(self, stages: LocalStages, index: int, group: dist.ProcessGroup, dim: int, vocab: int) -> None:
+    def __init__(self, model: nn.Module, index: int, group: dist.ProcessGroup, dim: int, vocab: int) -> None:
         super().__init__()
-        self.stages, self.index, self.group, self.dim, self.vocab = stages, index, group, dim, vocab
+        self.stages = nn.ModuleList(stages_of(model))  # registered: the evaluated parameters are the trained ones
+        self.index, self.group, self.dim, self.vocab = index, group, dim, vocab
         self.ranks = dist.get_process_group_ranks(group)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -177,7 +190,7 @@ class Pipeline(Strategy):
         self.index = self.mesh.get_local_rank("pp")
         self.P = self.mesh.size(self.mesh.mesh_dim_names.index("pp"))
 
-    def make_stages(self, make_model: Callable[[], nn.Module], ctx: Context) -> LocalStages:
+    def make_stages(self, make_model: Callable[[], nn.Module], ctx: Context) -> list[Stage]:
         model = make_model()
         S = self.P * self.virtual()
         stages = []
@@ -188,14 +201,15 @@ class Pipeline(Strategy):
         if self.cfg.ac:
             for stage in stages:
                 apply_activation_checkpointing(stage)
-        return LocalStages(stages)
-
-    def build(self, make_model: Callable[[], nn.Module], ctx: Context) -> nn.Module:
-        stages = self.make_stages(make_model, ctx)
-        self.wrap_schedule(stages, ctx)
         return stages
 
-    def wrap_schedule(self, stages: LocalStages, ctx: Context) -> None:
+    def build(self, make_model: Callable[[], nn.Module], ctx: Context) -> nn.Module:
+        model = rank_model(self.make_stages(make_model, ctx))
+        self.wrap_schedule(model, ctx)
+        return model
+
+    def wrap_schedule(self, model: nn.Module, ctx: Context) -> None:
+        stages = stages_of(model)
         self.M = self.n_microbatches(ctx.world_size)
         S = self.P * len(stages)
         ids = local_stage_ids(self.index, self.P, len(stages))
@@ -203,12 +217,12 @@ class Pipeline(Strategy):
             PipelineStage(stage, s, S, ctx.device, group=self.pp_group) for stage, s in zip(stages, ids)
         ]
         for pipe_stage in self.pipe_stages:
-            _time_chunks(pipe_stage, stages)
+            _time_chunks(pipe_stage, model)
         schedule = SCHEDULES[self.variant["schedule"]]
         # the single-stage schedules take one stage, the interleaved one a list
         arg = self.pipe_stages if len(stages) > 1 else self.pipe_stages[0]
         self.schedule = schedule(arg, self.M, loss_fn=self._schedule_loss)
-        self._infer_shapes(stages, ctx)
+        self._infer_shapes(model, ctx)
 
     def _infer_shapes(self, module: nn.Module, ctx: Context) -> None:
         """One schedule step on zeros before training, its gradients thrown away: the schedule infers the
@@ -261,8 +275,8 @@ class Pipeline(Strategy):
         }
 
 
-def _time_chunks(pipe_stage: PipelineStage, stages: LocalStages) -> None:
-    """Add the duration of each forward and backward chunk the schedule runs on this stage to `stages.busy_s`
+def _time_chunks(pipe_stage: PipelineStage, model: nn.Module) -> None:
+    """Add the duration of each forward and backward chunk the schedule runs on this stage to `model.busy_s`
     (the schedule waits for its receives before it calls them, so they time computation only; module backward
     hooks cannot be used: the pipeline computes input gradients with autograd.grad)."""
     for name in ("forward_one_chunk", "backward_one_chunk"):
@@ -273,7 +287,7 @@ def _time_chunks(pipe_stage: PipelineStage, stages: LocalStages) -> None:
             try:
                 return _inner(*args, **kwargs)
             finally:
-                stages.busy_s += time.perf_counter() - start
+                model.busy_s += time.perf_counter() - start
 
         setattr(pipe_stage, name, timed)
 

@@ -45,6 +45,7 @@ def _check(method: str, nproc: int, precision: str = "fp32", **variant) -> None:
         ("ep", 2, {}, "llama-tiny has none: use --model llama-tiny-moe"),
         ("fsdp-tp", 3, {}, "3 workers cannot be split into groups of 2; use --nproc 4"),
         ("pp-fsdp", 6, {"stages": 4}, "6 workers cannot be split into groups of 4; use --nproc 8"),
+        ("pp-fsdp", 4, {"schedule": "interleaved"}, "pp-fsdp runs one stage per rank; use --set schedule=1f1b"),
         ("cp", 3, {}, "seq_len 128 cannot be split into 3 equal chunks; use --set seq_len=126"),
     ],
 )

@@ -65,8 +65,9 @@ def _worker(rank: int, world: int, schedule: str, init: str, out: str) -> None:
 
 
 def global_name(name: str, rank: int, world: int, virtual: int) -> str:
-    """The one-process name of a rank's parameter: `{local stage}.layers.{i}...` -> `layers.{first + i}...`."""
-    local, rest = name.split(".", 1)
+    """The one-process name of a rank's parameter: `[{local stage}.]layers.{i}...` -> `layers.{first + i}...`
+    (a rank of one stage trains the stage itself, a rank of several their list)."""
+    local, rest = name.split(".", 1) if virtual > 1 else ("0", name)
     stage = local_stage_ids(rank, world, virtual)[int(local)]
     if match := re.fullmatch(r"layers\.(\d+)(\..*)", rest):
         first = stage_bounds(N_LAYERS, world * virtual, stage)[0]
