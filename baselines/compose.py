@@ -25,7 +25,7 @@ def _check_grid(name: str, world_size: int, inner: int) -> None:
     if inner < 2 or world_size % inner or world_size // inner < 2:
         raise ValueError(
             f"{name} needs a 2-D mesh of at least 2 x 2: {world_size} workers cannot be split into groups of "
-            f"{inner}; use --nproc 4"
+            f"{inner}; use --nproc {2 * max(inner, 2)}"
         )
 
 
@@ -90,6 +90,8 @@ class PpFsdp(Pipeline):
 
     def check(self, world_size: int) -> None:
         _check_grid(self.name, world_size, self.stages(world_size))
+        if self.virtual() > 1:  # two FSDP2 roots per rank, which the memory meter does not track as FSDP2 yet
+            raise ValueError("pp-fsdp runs one stage per rank; use --set schedule=1f1b, or pp for interleaved")
         super().check(world_size)
 
     def make_mesh(self, ctx: Context) -> DeviceMesh:
@@ -102,7 +104,7 @@ class PpFsdp(Pipeline):
         ctx.label_group(None, "world")  # the gradient norm sums every rank's shards
 
     def build(self, make_model: Callable[[], nn.Module], ctx: Context) -> nn.Module:
-        stage = self.make_stage(make_model, ctx)
+        (stage,) = self.make_stages(make_model, ctx)
         _shard(stage, self.mesh["dp"], self.cfg.precision)
         self.wrap_schedule(stage, ctx)
         return stage

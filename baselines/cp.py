@@ -11,17 +11,20 @@ whole sequence (their backward a reduce-scatter of their gradients back to the c
 attend under the causal mask by global position. Each rank's loss is the mean over its chunk, and chunks are
 equal, so averaging the parameter gradients over the ranks (one all-reduce) gives one process's gradient of the
 whole batch. Not the ring variant: an all-gather holds every key and value at once, which is exact and simple.
+With --ac a block's recomputation gathers its keys and values again; in bf16 (autocast) they travel in bf16.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from baselines import precision
 from baselines.checkpointing import apply_activation_checkpointing
 from baselines.gradsync import average_gradients
 from suite import models
@@ -121,7 +124,6 @@ class ContextParallelism(Strategy):
     """Every rank a contiguous chunk of every sequence, the whole model replicated."""
 
     name = "cp"
-    precisions = ("fp32",)  # the exchanges are checked in fp32 only
 
     def check(self, world_size: int) -> None:
         check_sequence(self.cfg.model, self.cfg.seq_len, world_size)
@@ -137,6 +139,9 @@ class ContextParallelism(Strategy):
         if self.cfg.ac:
             apply_activation_checkpointing(model)
         return ContextParallel(model, self.group)
+
+    def autocast(self, ctx: Context) -> AbstractContextManager:
+        return precision.autocast(ctx.device, self.cfg.precision)
 
     def forward_backward(self, model, x, y, loss_fn, backward) -> torch.Tensor:
         x, y = (t.chunk(model.world, dim=1)[model.rank] for t in (x, y))

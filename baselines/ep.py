@@ -11,17 +11,23 @@ Gradients: the non-expert parameters are replicated, so their gradients are all-
 averaged; an expert's gradient already sums the contributions of every rank's tokens, each rank's loss a mean
 over its own rows, so it is divided by W to be the gradient of the global mean. Both are then the gradient a
 single process computes on the whole batch (tests/test_expert_parallel.py).
+
+With --ac a block's recomputation in backward repeats its exchanges (the ledger counts them) but is not counted
+as load again. In bf16 (autocast) the routed rows leave in fp32, RMSNorm's output, and the experts' outputs
+come back in bf16, as one process computes them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from baselines import precision
+from baselines.checkpointing import apply_activation_checkpointing
 from baselines.gradsync import average_gradients
 from suite import models
 from suite.meters.base import Meter
@@ -66,12 +72,21 @@ class AllToAllExperts:
             torch.arange(len(self.experts), device=rows.device).repeat(self.world).repeat_interleave(recv.flatten())
         )
         order = expert_of.argsort(stable=True)
-        out = torch.empty_like(arrived).index_copy(
-            0, order, run_experts(self.experts, arrived[order], recv.sum(0).tolist())
-        )
+        done = run_experts(self.experts, arrived[order], recv.sum(0).tolist())
+        # in the experts' output dtype (bf16 under autocast, the rows fp32), as one process returns them
+        out = done.new_empty(done.shape).index_copy(0, order, done)
         if self.counting:
             self.load += recv.sum(0).cpu()
         return _exchange(out, to_each, from_each, self.group)
+
+    @contextmanager
+    def recomputing(self) -> Iterator[None]:
+        """Activation checkpointing's recomputation repeats the exchanges but routes no new rows: no load."""
+        counting, self.counting = self.counting, False
+        try:
+            yield
+        finally:
+            self.counting = counting
 
 
 class _AllToAll(torch.autograd.Function):
@@ -106,7 +121,6 @@ class ExpertParallel(Strategy):
     """E / W experts of each block per rank, everything else replicated; every rank a data replica."""
 
     name = "ep"
-    precisions = ("fp32",)  # the exchanges are checked in fp32 only
 
     def check(self, world_size: int) -> None:
         check_experts(self.cfg.model, world_size)
@@ -127,7 +141,12 @@ class ExpertParallel(Strategy):
             per_rank = moe.n_experts // W
             moe.experts = nn.ModuleList(moe.experts[rank * per_rank : (rank + 1) * per_rank])
             moe.apply_experts = AllToAllExperts(moe.experts, self.group)
+        if self.cfg.ac:
+            apply_activation_checkpointing(model, recompute=lambda block: dispatchers(block)[0].recomputing())
         return model.to(ctx.device)
+
+    def autocast(self, ctx: Context) -> AbstractContextManager:
+        return precision.autocast(ctx.device, self.cfg.precision)
 
     def after_backward(self, model: nn.Module, ctx: Context) -> None:
         named = [(n, p.grad) for n, p in model.named_parameters() if p.grad is not None]

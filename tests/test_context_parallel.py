@@ -17,8 +17,8 @@ P = models.num_params(models.build_model("llama-tiny"))
 KV = ROWS * SEQ * CFG["n_kv_heads"] * (CFG["dim"] // CFG["n_heads"]) * 4  # one block's keys (or values), fp32
 
 
-def cp(runs, nproc: int) -> dict:
-    return runs("cp", "--nproc", str(nproc), "--set", f"micro_batch={ROWS}", "--tokens", str(3 * ROWS * SEQ))
+def cp(runs, nproc: int, *extra: str) -> dict:
+    return runs("cp", "--nproc", str(nproc), "--set", f"micro_batch={ROWS}", "--tokens", str(3 * ROWS * SEQ), *extra)
 
 
 def ddp(runs) -> dict:  # the command of test_harness_runs.py and test_model_parallel_runs.py: launched once
@@ -44,6 +44,31 @@ def test_cp_trains_as_one_process_and_gathers_keys_and_values(runs, nproc):
         assert per_step(rec, rank, "reduce_scatter") == 2 * L * KV  # their gradients, back to the chunks' owners
         assert per_step(rec, rank, "all_reduce") == 4 * P  # the replicated parameters' gradients
         assert rec["memory"]["per_rank"][rank]["state_params"] == 4 * P
+
+
+def losses(record: dict) -> list[float]:
+    return [p["train_loss"] for p in record["curve"]]
+
+
+def test_ac_gathers_keys_and_values_again_in_the_recomputation(runs):
+    rec, ref = cp(runs, 2, "--ac"), cp(runs, 2)
+    assert losses(rec) == pytest.approx(losses(ref), abs=1e-5)
+    L = CFG["n_layers"]
+    for rank in range(2):
+        assert per_step(rec, rank, "all_gather") == 2 * 2 * L * KV  # forward, then the recomputation's
+        assert per_step(rec, rank, "reduce_scatter") == 2 * L * KV
+        assert per_step(rec, rank, "all_reduce") == 4 * P
+
+
+def test_bf16_learns_as_fp32_does_and_gathers_half_the_bytes(runs):
+    rec, ref = cp(runs, 2, "--precision", "bf16"), cp(runs, 2)
+    assert losses(rec) != losses(ref)  # it does round
+    assert losses(rec) == pytest.approx(losses(ref), abs=0.05)
+    L = CFG["n_layers"]
+    for rank in range(2):
+        assert per_step(rec, rank, "all_gather") == L * KV  # keys and values in bf16
+        assert per_step(rec, rank, "reduce_scatter") == L * KV
+        assert per_step(rec, rank, "all_reduce") == 4 * P  # fp32 master gradients
 
 
 def test_a_sequence_that_does_not_split_evenly_is_refused_in_one_line(tmp_path):

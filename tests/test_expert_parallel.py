@@ -25,10 +25,9 @@ def moe_runs(tmp_path_factory) -> Runs:
     return Runs(tmp_path_factory.mktemp("moe"), tail=[*TINY, "--model", MODEL])
 
 
-def ep(moe_runs, nproc: int) -> dict:
-    return moe_runs(
-        "ep", "--nproc", str(nproc), "--set", f"micro_batch={ROWS // nproc}", "--tokens", str(STEPS * ROWS * SEQ)
-    )
+def ep(moe_runs, nproc: int, *extra: str) -> dict:
+    rows, tokens = ["--set", f"micro_batch={ROWS // nproc}"], ["--tokens", str(STEPS * ROWS * SEQ)]
+    return moe_runs("ep", "--nproc", str(nproc), *rows, *tokens, *extra)
 
 
 def one_process(moe_runs) -> dict:
@@ -71,6 +70,35 @@ def test_all_to_all_bytes_are_the_routed_rows(moe_runs, nproc):
         assert ledger(rec, rank, "all_reduce") == 4 * DENSE + 4  # replicated gradients, then the clip's norm
         state = rec["memory"]["per_rank"][rank]["state_params"]
         assert state == 4 * (DENSE + CFG.n_layers * per_rank * expert_params(CFG))
+
+
+def routed(record: dict, nproc: int, rank: int) -> list[int]:
+    """Per block, the larger of the rows rank `rank` sends to and receives from the experts' ranks per step."""
+    per_rank = CFG.n_experts // nproc
+    sent = CFG.top_k * ROWS // nproc * SEQ
+    load = record["experts"]["load_per_step"]
+    return [max(sent, sum(block[rank * per_rank : (rank + 1) * per_rank])) for block in load]
+
+
+def test_ac_repeats_the_forward_exchanges_but_not_the_load(moe_runs):
+    rec, ref = ep(moe_runs, 2, "--ac"), ep(moe_runs, 2)
+    assert losses(rec) == pytest.approx(losses(ref), abs=1e-5)
+    assert rec["experts"]["load_per_step"] == ref["experts"]["load_per_step"]  # recomputation routes nothing new
+    for rank in range(2):
+        # per block the forward's counts and rows out and back once more, in the recomputation
+        extra = sum(8 * CFG.n_experts + 2 * r * ROW_BYTES for r in routed(ref, 2, rank))
+        assert ledger(rec, rank, "all_to_all") == ledger(ref, rank, "all_to_all") + extra
+
+
+def test_bf16_learns_as_fp32_does_and_returns_expert_outputs_in_bf16(moe_runs):
+    rec, ref = ep(moe_runs, 2, "--precision", "bf16"), ep(moe_runs, 2)
+    assert losses(rec) != losses(ref)  # it does round
+    assert losses(rec) == pytest.approx(losses(ref), abs=0.05)
+    for rank in range(2):
+        # the routed rows leave in fp32 (RMSNorm's output under autocast), the experts' outputs return in bf16;
+        # their gradients travel back the same ways
+        expected = sum(8 * CFG.n_experts + 2 * r * (ROW_BYTES + ROW_BYTES // 2) for r in routed(rec, 2, rank))
+        assert ledger(rec, rank, "all_to_all") == expected
 
 
 def test_experts_that_do_not_spread_evenly_are_refused_in_one_line(tmp_path):

@@ -30,7 +30,22 @@ def _check(method: str, nproc: int, precision: str = "fp32", **variant) -> None:
         ("pp", 5, {}, "5 stages but llama-tiny has 4 blocks"),
         ("pp", 4, {"microbatches": 2}, "2 microbatches cannot fill 4 stages"),
         ("pp", 2, {"microbatches": 3}, "micro_batch 8 cannot be split into 3 microbatches"),
+        (
+            "pp",
+            3,
+            {"schedule": "interleaved"},
+            "3 ranks x 2 virtual stages need 6 blocks but llama-tiny has 4; use --nproc 2 or --set schedule=1f1b",
+        ),
+        (
+            "pp",
+            2,
+            {"schedule": "interleaved", "microbatches": 3},
+            "the interleaved schedule needs microbatches a multiple of the 2 stages, got 3; use --set microbatches=4",
+        ),
         ("ep", 2, {}, "llama-tiny has none: use --model llama-tiny-moe"),
+        ("fsdp-tp", 3, {}, "3 workers cannot be split into groups of 2; use --nproc 4"),
+        ("pp-fsdp", 6, {"stages": 4}, "6 workers cannot be split into groups of 4; use --nproc 8"),
+        ("pp-fsdp", 4, {"schedule": "interleaved"}, "pp-fsdp runs one stage per rank; use --set schedule=1f1b"),
         ("cp", 3, {}, "seq_len 128 cannot be split into 3 equal chunks; use --set seq_len=126"),
     ],
 )
@@ -40,7 +55,7 @@ def test_bad_shapes_are_one_line(method, nproc, variant, words):
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("method", ["fsdp", "tp", "pp"])
+@pytest.mark.parametrize("method", ["fsdp", "tp", "pp", "ep", "cp"])
 @pytest.mark.parametrize("mode", ["fp16", "fp8"])
 def test_precisions_a_method_does_not_implement_are_refused(method, mode):
     with pytest.raises(ValueError, match=re.escape(f"method {method} runs in fp32, bf16, not {mode}")):
@@ -53,10 +68,14 @@ def test_fp8_needs_its_dtypes(monkeypatch):
         _check("ddp", 2, "fp8")
 
 
-def test_cli_exit_status_2_before_launch(tmp_path):
-    proc = run_cli(["run", "tp", "--nproc", "3", "--tokens", "1000", "--results", str(tmp_path)], timeout=120)
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [(["tp"], "n_heads"), (["pp", "--set", "schedule=interleaved"], "use --nproc 2 or --set schedule=1f1b")],
+)
+def test_cli_exit_status_2_before_launch(tmp_path, args, words):
+    proc = run_cli(["run", *args, "--nproc", "3", "--tokens", "1000", "--results", str(tmp_path)], timeout=120)
     assert proc.returncode == 2
-    assert proc.stderr.strip().count("\n") == 0 and "n_heads" in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and words in proc.stderr
 
 
 @given(st.integers(1, 32), st.integers(2, 8))

@@ -10,6 +10,7 @@ import math
 
 import pytest
 
+from baselines.pp import VIRTUAL, local_stage_ids, stage_bounds
 from suite import models
 
 pytestmark = pytest.mark.slow
@@ -34,11 +35,13 @@ def tp(runs, nproc: int) -> dict:
     return runs("tp", "--nproc", str(nproc), "--set", f"micro_batch={ROWS}", *sp, *TOKENS)
 
 
-def pp(runs, nproc: int) -> dict:
-    schedule = "1f1b" if nproc == 4 else "gpipe"
+def pp(runs, nproc: int, schedule: str, microbatches: int | None = None) -> dict:
     # a 4th step: the bubble is measured on the step after the other meters'
     steps4 = ["--tokens", str(4 * ROWS * SEQ)]
-    return runs("pp", "--nproc", str(nproc), "--set", f"micro_batch={ROWS}", "--set", f"schedule={schedule}", *steps4)
+    m = ["--set", f"microbatches={microbatches}"] if microbatches else []
+    return runs(
+        "pp", "--nproc", str(nproc), "--set", f"micro_batch={ROWS}", "--set", f"schedule={schedule}", *m, *steps4
+    )
 
 
 def ops(record: dict, rank: int = 0) -> dict[tuple[str, str], dict]:
@@ -62,7 +65,7 @@ P = sum(params().values())
 NORMS = sum(n for name, n in params().items() if "norm" in name)
 
 
-@pytest.mark.parametrize("nproc", [2, 4])
+@pytest.mark.parametrize("nproc", [2, 3, 4])  # 3: parameters that do not split evenly
 def test_zero1_trajectory_is_ddps_with_one_nth_of_the_optimizer_state(runs, nproc):
     z, d = zero1(runs, nproc), ddp(runs, nproc)
     assert losses(z) == pytest.approx(losses(d), abs=1e-5)
@@ -95,26 +98,35 @@ def test_tp_matches_ddp_holds_one_tth_and_exchanges_activations(runs, nproc):
             assert per_step(t, "reduce_scatter", "tp", rank) == pytest.approx((4 * L + 2) * ACT, abs=4096)
 
 
-@pytest.mark.parametrize("nproc", [2, 4])
-def test_pp_matches_ddp_holds_its_stage_and_sends_activations(runs, nproc):
-    p, d = pp(runs, nproc), ddp(runs)
+@pytest.mark.parametrize(
+    ("nproc", "schedule", "microbatches"),
+    # 3 ranks: 4 blocks over 3 stages (1, 1, 2) and 4 microbatches, since 16 rows do not split into 3
+    [(2, "gpipe", None), (4, "1f1b", None), (3, "1f1b", 4), (2, "interleaved", None)],
+)
+def test_pp_matches_ddp_holds_its_stage_and_sends_activations(runs, nproc, schedule, microbatches):
+    p, d = pp(runs, nproc, schedule, microbatches), ddp(runs)
     assert losses(p)[:3] == pytest.approx(losses(d), abs=1e-4)
     assert p["parallel"]["data_replicas"] == 1 and p["parallel"]["global_batch_tokens"] == ROWS * SEQ
+    V = VIRTUAL[schedule]
+    assert p["parallel"]["virtual_stages"] == V
     sizes = params()
-    L = CFG["n_layers"]
+    L, S = CFG["n_layers"], nproc * V
     for rank in range(nproc):
-        lo, hi = rank * L // nproc, (rank + 1) * L // nproc
-        mine = sum(n for name, n in sizes.items() if any(name.startswith(f"layers.{i}.") for i in range(lo, hi)))
-        mine += sizes["tok_embeddings.weight"] if rank == 0 else 0
-        mine += sizes["norm.weight"] + sizes["output.weight"] if rank == nproc - 1 else 0
+        mine, boundaries = 0, 0
+        for s in local_stage_ids(rank, nproc, V):
+            lo, hi = stage_bounds(L, S, s)
+            mine += sum(n for name, n in sizes.items() if any(name.startswith(f"layers.{i}.") for i in range(lo, hi)))
+            mine += sizes["tok_embeddings.weight"] if s == 0 else 0
+            mine += sizes["norm.weight"] + sizes["output.weight"] if s == S - 1 else 0
+            boundaries += (s < S - 1) + (s > 0)
         assert p["memory"]["per_rank"][rank]["state_params"] == 4 * mine
         led = ops(p, rank)
         sent = led.get(("send", "pp"), {"bytes": 0})["bytes"] / p["comm"]["steps"]
-        # activations forward to the next stage, their gradients back to the one before
-        assert sent == ACT * ((rank < nproc - 1) + (rank > 0))
+        # each stage's activations forward to the next stage, their gradients back to the one before
+        assert sent == ACT * boundaries
     bubble = p["pipeline"]
-    M = nproc
-    assert bubble["bubble_analytic"] == pytest.approx((nproc - 1) / (M + nproc - 1))
+    M = microbatches or nproc
+    assert bubble["bubble_analytic"] == pytest.approx((nproc - 1) / (V * M + nproc - 1))
     assert len(bubble["per_rank"]) == nproc and all(0 < r["bubble"] < 1 for r in bubble["per_rank"])
     assert 0 < bubble["bubble_measured"] < 1
 
