@@ -25,6 +25,7 @@ def arm_config(record: dict) -> dict[str, Any]:
     """The arm-defining configuration of a record: its settings of kind "arm", and the method's own fields."""
     settings = record.get("settings") or {}
     out = {name: settings[name] for name in config.ARM if name in settings and name != "nproc"}
+    out = {k: v for k, v in out.items() if not (k in config.ARM_WHERE_SET and v is None)}
     out.update(
         method=record["method"],
         variant=record["variant"],

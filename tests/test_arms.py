@@ -28,6 +28,15 @@ def test_the_seed_and_the_results_folder_do_not_change_the_arm_but_the_optimizer
     assert "variant.optimizer (None / dion)" in differences(arm_config(a), arm_config(dion))
 
 
+def test_a_fine_tunes_starting_point_is_part_of_its_arm_and_unset_changes_no_earlier_key():
+    before = make_record("ddp", 0)
+    unset, tuned = make_record("ddp", 0), make_record("ddp", 0)
+    unset["settings"] = {**before.get("settings", {}), "init_from": None}
+    tuned["settings"] = {**before.get("settings", {}), "init_from": "checkpoints/base.pt"}
+    assert arm_key(arm_config(unset)) == arm_key(arm_config(before))
+    assert arm_key(arm_config(tuned)) != arm_key(arm_config(before))
+
+
 def test_world_size_makes_another_arm():
     assert arm_of(make_record("ddp", 0, world_size=2))["key"] != arm_of(make_record("ddp", 0, world_size=4))["key"]
 

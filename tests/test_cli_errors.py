@@ -26,7 +26,7 @@ CASES = [
     (["run", "ddp", "--tokens", "100", "--set", "micro_batch=abc"], "--set micro_batch"),
     (["run", "ddp", "--tokens", "100", "--set", "nonsense"], "--set takes KEY=VALUE"),
     (["run", "ddp", "--tokens", "100", "--data", "imagenet"], "unknown data set 'imagenet'"),
-    (["run", "ddp", "--tokens", "100", "--set", "data=stdlb"], "fineweb-edu, stdlib, text"),
+    (["run", "ddp", "--tokens", "100", "--set", "data=stdlb"], "fineweb-edu, stdlib, stdlib-concurrency"),
     (["run", "ddp", "--tokens", "100", "--data", "stdlib", "--data-root", "."], "drop --data-root"),
     (["run", "ddp", "--tokens", "100", "--data", "fineweb", "--data-root", "/no/such/dir"], "no data at --data-root"),
 ]

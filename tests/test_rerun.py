@@ -17,9 +17,15 @@ from suite.records import load_records, read_record, summary_row
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "results"
 # where two runs of one command may differ: when and where it ran, and how long it took
-# fields records gained after the committed ones were made (the corpus's identity, epochs seen): an older record
+# fields records gained after the committed ones were made (the corpus's identity, epochs seen, trajectory saves and
+# where a fine-tune starts): an older record
 # lacks them, which is no difference in its numbers
-ADDED_SINCE = ("data.corpus.", "totals.epochs")
+ADDED_SINCE = (
+    "data.corpus.",
+    "totals.epochs",
+    "settings.init_from",
+    "settings.save_every",
+)
 PROVENANCE = {
     "run_id",
     "created",
