@@ -569,8 +569,9 @@ def _interval_kind(samples: Samples) -> str:
 
 
 def _too_short(claim: Claim, samples: Samples) -> str:
-    """Why the quality runs are too short to judge, or '' when the baseline's loss has flattened."""
-    if claim.plateau is None:
+    """Why the quality runs are too short to judge, or '' when the baseline's loss has flattened or its schedule
+    has run its course (`completed_schedule`)."""
+    if claim.plateau is None or completed_schedule(samples.baseline_rows):
         return ""
     changes = samples.baseline_rows["val_change_last_fifth"].astype(float)
     if changes.isna().any():
@@ -582,6 +583,19 @@ def _too_short(claim: Claim, samples: Samples) -> str:
             f"steps; the claim needs less than {claim.plateau.value:.1%} ({claim.plateau.source})"
         )
     return ""
+
+
+def completed_schedule(rows: pd.DataFrame) -> bool:
+    """Whether every run decayed its learning rate to the schedule's floor over its whole budget (lr_decay cosine).
+
+    Such a run ends where its schedule ends, and its final loss is what a budget buys: the quantity compared
+    when each run's cosine is set to its own length (Hoffmann et al. 2022, arXiv 2203.15556, on matching the
+    cycle to the run; Hägele et al. 2024, arXiv 2405.18392, comparing complete schedules). A decayed loss is
+    still falling when the budget ends, so the plateau rule, made for constant-rate runs whose end is arbitrary,
+    does not apply; whether a gap holds as runs grow is read at two budgets instead (the claims' -half twins)."""
+    if rows is None or rows.empty or "arm_config" not in rows:
+        return False
+    return all(json.loads(config).get("lr_decay") == "cosine" for config in rows["arm_config"])
 
 
 def _welch(a: np.ndarray, b: np.ndarray, alternative: str) -> float:

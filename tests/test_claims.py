@@ -313,6 +313,22 @@ def test_quality_runs_whose_baseline_loss_still_falls_are_too_short():
     assert flat.verdict == "reproduced"
 
 
+def test_runs_that_complete_a_decay_schedule_are_judged_at_its_end_whatever_their_last_fifth():
+    c = quality_claim(
+        metric={"name": "quality", "field": "final_val_loss", "method": "m", "baseline": "ddp"},
+        plateau={"change": 0.02, "source": "the rule"},
+    )
+
+    def arm(decay: str) -> dict:
+        return {"arm_config": json.dumps({"lr_decay": decay}), "val_change_last_fifth": 0.05}
+
+    method = rows("m", [2.00, 2.01, 2.02], "final_val_loss", **arm("cosine"))
+    decayed = evaluate(c, frame(method, rows("ddp", [2.30, 2.31, 2.29], "final_val_loss", **arm("cosine"))))
+    assert decayed.verdict == "reproduced"
+    constant = evaluate(c, frame(method, rows("ddp", [2.30, 2.31, 2.29], "final_val_loss", **arm("constant"))))
+    assert constant.verdict == "inconclusive" and "runs too short" in constant.reason
+
+
 def test_the_plateau_reads_the_baseline_arm_when_both_sides_share_a_method():
     """Dion against AdamW: both arms are `ddp`. A plateau read by method name would see the method's flat
     runs and judge the baseline's still-falling loss as final."""
