@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from suite.records import read_record
+from suite.records import FINISHED, read_record
 
 # The same examples on every run, so that a submission lands or not on its own merits: a fuzzer that drew a
 # new failing case in CI blocked an unrelated change once. `HYPOTHESIS_PROFILE=explore` draws new ones
@@ -61,3 +62,31 @@ class Runs:
 @pytest.fixture(scope="session")
 def runs(tmp_path_factory) -> Runs:
     return Runs(tmp_path_factory.mktemp("runs"))
+
+
+class SharedRuns:
+    """Commands of `python -m suite run` that share launches: each made into its config as the command line makes
+    it (its parser and checks), then every run of one world size in one launch (suite/multirun.py), as a plan runs
+    its runs. On 2 cores a launch is mostly start-up (the launcher's and every worker's imports of torch), and
+    tests/test_multirun.py checks that a run of a shared launch records what a launch of its own does."""
+
+    def __init__(self, folder: Path, commands: list[tuple[str, ...]], tail: list[str] = TINY) -> None:
+        from suite.cli import check_config, config_from_args, parser
+        from suite.multirun import launch_runs
+
+        by_world: dict[int, list] = {}
+        for i, args in enumerate(dict.fromkeys(commands)):
+            argv = ["run", *args, *tail, "--results", str(folder / f"r{i}")]
+            cfg = config_from_args(parser(argv).parse_args(argv), argv)
+            check_config(cfg)
+            by_world.setdefault(cfg.nproc, []).append((args, cfg))
+        self._records: dict[tuple[str, ...], dict] = {}
+        for group in by_world.values():
+            paths = launch_runs([(shlex.join(args), cfg) for args, cfg in group])
+            for (args, _), path in zip(group, paths, strict=True):
+                self._records[args] = read_record(path)
+
+    def __call__(self, *args: str) -> dict:
+        record = self._records[args]
+        assert record["status"] in FINISHED, record.get("error")
+        return record

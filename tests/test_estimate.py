@@ -14,8 +14,9 @@ from suite.cli import main
 from suite.compare import compare, format_comparison
 from suite.config import RunConfig
 from suite.estimate import estimate, sampled_ranks
-from suite.estimate.compare import measure_beside
+from suite.estimate.compare import measured_config
 from suite.meters.flops import transformer_step_flops
+from suite.multirun import launch_runs
 from suite.records import read_record, validate
 
 SMALL = {"micro_batch": 2, "seq_len": 64}
@@ -149,15 +150,35 @@ def test_an_estimate_needs_a_process_without_a_group():
         dist.destroy_process_group()
 
 
+MEASURED = [("llama-tiny", "ddp", 2), ("llama-tiny", "fsdp", 4), ("llama-50m", "fsdp", 2), ("llama-50m", "ddp", 4)]
+
+
+@pytest.fixture(scope="module")
+def estimated_and_measured(tmp_path_factory) -> dict[tuple, tuple[dict, dict]]:
+    """Each case's estimate and the record of its measured run (what measure_beside runs). The measured runs share
+    one launch per world size (suite/multirun.py), as a plan's measured runs do: on 2 cores a launch is mostly the
+    start-up of its workers, and tests/test_multirun.py checks that a run of a shared launch records what a launch
+    of its own does (losses, bytes, counts, FLOPs, memory categories and peak)."""
+    folder = tmp_path_factory.mktemp("measured")
+    estimated, by_world = {}, {}
+    for case in MEASURED:
+        model, method, world = case
+        cfg = RunConfig(method=method, model=model, nproc=world, micro_batch=1, seq_len=64)
+        estimated[case] = estimate(cfg)
+        by_world.setdefault(world, []).append((case, measured_config(estimated[case], cfg, "cpu", folder)))
+    out = {}
+    for group in by_world.values():
+        paths = launch_runs([(f"measure {case}", cfg) for case, cfg in group])
+        for (case, _), path in zip(group, paths, strict=True):
+            out[case] = (estimated[case], read_record(path))
+    return out
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "model,method,world",
-    [("llama-tiny", "ddp", 2), ("llama-tiny", "fsdp", 4), ("llama-50m", "fsdp", 2), ("llama-50m", "ddp", 4)],
-)
-def test_estimate_equals_the_measured_run(tmp_path, model, method, world):
-    cfg = RunConfig(method=method, model=model, nproc=world, micro_batch=1, seq_len=64)
-    estimated = estimate(cfg)
-    measured = measure_beside(estimated, cfg, "cpu", tmp_path)
+@pytest.mark.parametrize("model,method,world", MEASURED)
+def test_estimate_equals_the_measured_run(estimated_and_measured, model, method, world):
+    estimated, measured = estimated_and_measured[(model, method, world)]
+    assert measured["status"] == "complete", f"the measured run ended {measured['status']}: {measured.get('error')}"
     rows = compare(estimated, measured)
     # FSDP2 on more ranks than cores: which transient buffer (a reduce-scatter output, a gathered block) is alive
     # at a rank's peak depends on scheduling, so the split of the peak moves between runs (seen on 1 rank in 2 of 3

@@ -1,6 +1,7 @@
 """Real gloo runs of ZeRO-1, tensor and pipeline parallelism, fp16 and fp8 (issue 29): trajectories equal to
 DDP's (which equals one process, tests/test_harness_runs.py), tokens per step, and memory and bytes against
-their analytic values at 2 and 4 workers. Each distinct command launches once per session (tests/conftest.py).
+their analytic values at 2 and 4 workers. The DDP runs are test_harness_runs.py's (each distinct command launches
+once per session); the others share one launch per world size (tests/conftest.py: SharedRuns).
 
 Every arm trains a global batch of 16 sequences of 128 tokens for 3 steps, so that its losses compare with
 `ddp --nproc 2`'s; the meters' window is step 2.
@@ -12,6 +13,7 @@ import pytest
 
 from baselines.pp import VIRTUAL, local_stage_ids, stage_bounds
 from suite import models
+from tests.conftest import SharedRuns
 
 pytestmark = pytest.mark.slow
 
@@ -26,22 +28,43 @@ def ddp(runs, nproc: int = 2) -> dict:
     return runs("ddp", "--nproc", str(nproc), "--tokens", str(3 * nproc * 8 * 128))
 
 
-def zero1(runs, nproc: int) -> dict:
-    return runs("zero1", "--nproc", str(nproc), "--tokens", str(3 * nproc * 8 * 128))
+def zero1(nproc: int) -> tuple[str, ...]:
+    return ("zero1", "--nproc", str(nproc), "--tokens", str(3 * nproc * 8 * 128))
 
 
-def tp(runs, nproc: int) -> dict:
-    sp = ["--set", "sequence_parallel=true"] if nproc == 4 else []
-    return runs("tp", "--nproc", str(nproc), "--set", f"micro_batch={ROWS}", *sp, *TOKENS)
+def tp(nproc: int) -> tuple[str, ...]:
+    sp = ("--set", "sequence_parallel=true") if nproc == 4 else ()
+    return ("tp", "--nproc", str(nproc), "--set", f"micro_batch={ROWS}", *sp, *TOKENS)
 
 
-def pp(runs, nproc: int, schedule: str, microbatches: int | None = None) -> dict:
+def pp(nproc: int, schedule: str, microbatches: int | None = None) -> tuple[str, ...]:
     # a 4th step: the bubble is measured on the step after the other meters'
-    steps4 = ["--tokens", str(4 * ROWS * SEQ)]
-    m = ["--set", f"microbatches={microbatches}"] if microbatches else []
-    return runs(
-        "pp", "--nproc", str(nproc), "--set", f"micro_batch={ROWS}", "--set", f"schedule={schedule}", *m, *steps4
-    )
+    steps4 = ("--tokens", str(4 * ROWS * SEQ))
+    m = ("--set", f"microbatches={microbatches}") if microbatches else ()
+    return ("pp", "--nproc", str(nproc), "--set", f"micro_batch={ROWS}", "--set", f"schedule={schedule}", *m, *steps4)
+
+
+def precision(name: str) -> tuple[str, ...]:
+    return ("ddp", "--nproc", "2", "--precision", name, *TOKENS)
+
+
+def composition(method: str) -> tuple[str, ...]:
+    return (method, "--nproc", "4", "--set", f"micro_batch={ROWS // 2}", *TOKENS)
+
+
+ZERO1 = [2, 3, 4]  # 3: parameters that do not split evenly
+TP = [2, 4]
+# 3 ranks: 4 blocks over 3 stages (1, 1, 2) and 4 microbatches, since 16 rows do not split into 3
+PP = [(2, "gpipe", None), (4, "1f1b", None), (3, "1f1b", 4), (2, "interleaved", None)]
+COMPOSITIONS = ["fsdp-tp", "pp-fsdp"]
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory) -> SharedRuns:
+    """Every run but DDP's, in one launch per world size (the precisions last in theirs)."""
+    commands = [zero1(n) for n in ZERO1] + [tp(n) for n in TP] + [pp(*case) for case in PP]
+    commands += [composition(m) for m in COMPOSITIONS] + [precision("fp16"), precision("fp8")]
+    return SharedRuns(tmp_path_factory.mktemp("shared"), commands)
 
 
 def ops(record: dict, rank: int = 0) -> dict[tuple[str, str], dict]:
@@ -65,9 +88,9 @@ P = sum(params().values())
 NORMS = sum(n for name, n in params().items() if "norm" in name)
 
 
-@pytest.mark.parametrize("nproc", [2, 3, 4])  # 3: parameters that do not split evenly
-def test_zero1_trajectory_is_ddps_with_one_nth_of_the_optimizer_state(runs, nproc):
-    z, d = zero1(runs, nproc), ddp(runs, nproc)
+@pytest.mark.parametrize("nproc", ZERO1)
+def test_zero1_trajectory_is_ddps_with_one_nth_of_the_optimizer_state(runs, shared, nproc):
+    z, d = shared(*zero1(nproc)), ddp(runs, nproc)
     assert losses(z) == pytest.approx(losses(d), abs=1e-5)
     assert z["parallel"]["global_batch_tokens"] == d["parallel"]["global_batch_tokens"] == nproc * 8 * 128
     tensors = len(params())
@@ -81,9 +104,9 @@ def test_zero1_trajectory_is_ddps_with_one_nth_of_the_optimizer_state(runs, npro
         assert per_step(z, "broadcast", "replicate", rank) == 4 * P  # each updated parameter from its owner
 
 
-@pytest.mark.parametrize("nproc", [2, 4])
-def test_tp_matches_ddp_holds_one_tth_and_exchanges_activations(runs, nproc):
-    t, d = tp(runs, nproc), ddp(runs)
+@pytest.mark.parametrize("nproc", TP)
+def test_tp_matches_ddp_holds_one_tth_and_exchanges_activations(runs, shared, nproc):
+    t, d = shared(*tp(nproc)), ddp(runs)
     assert losses(t) == pytest.approx(losses(d), abs=1e-4)
     assert t["parallel"]["data_replicas"] == 1 and t["parallel"]["global_batch_tokens"] == ROWS * SEQ
     for rank in range(nproc):
@@ -98,13 +121,9 @@ def test_tp_matches_ddp_holds_one_tth_and_exchanges_activations(runs, nproc):
             assert per_step(t, "reduce_scatter", "tp", rank) == pytest.approx((4 * L + 2) * ACT, abs=4096)
 
 
-@pytest.mark.parametrize(
-    ("nproc", "schedule", "microbatches"),
-    # 3 ranks: 4 blocks over 3 stages (1, 1, 2) and 4 microbatches, since 16 rows do not split into 3
-    [(2, "gpipe", None), (4, "1f1b", None), (3, "1f1b", 4), (2, "interleaved", None)],
-)
-def test_pp_matches_ddp_holds_its_stage_and_sends_activations(runs, nproc, schedule, microbatches):
-    p, d = pp(runs, nproc, schedule, microbatches), ddp(runs)
+@pytest.mark.parametrize(("nproc", "schedule", "microbatches"), PP)
+def test_pp_matches_ddp_holds_its_stage_and_sends_activations(runs, shared, nproc, schedule, microbatches):
+    p, d = shared(*pp(nproc, schedule, microbatches)), ddp(runs)
     assert losses(p)[:3] == pytest.approx(losses(d), abs=1e-4)
     assert p["parallel"]["data_replicas"] == 1 and p["parallel"]["global_batch_tokens"] == ROWS * SEQ
     V = VIRTUAL[schedule]
@@ -131,26 +150,26 @@ def test_pp_matches_ddp_holds_its_stage_and_sends_activations(runs, nproc, sched
     assert 0 < bubble["bubble_measured"] < 1
 
 
-def test_fp16_scales_the_loss_and_counts_skipped_steps(runs):
-    rec = runs("ddp", "--nproc", "2", "--precision", "fp16", *TOKENS)
+def test_fp16_scales_the_loss_and_counts_skipped_steps(runs, shared):
+    rec = shared(*precision("fp16"))
     scale = rec["precision"]["loss_scale"]
     # no growth within 2,000 steps: the scale falls from 2**16 by one halving per skipped step
     assert scale == 2.0 ** (16 - rec["precision"]["skipped_steps"])
     assert rec["curve"][0]["train_loss"] == pytest.approx(ddp(runs)["curve"][0]["train_loss"], abs=0.05)
 
 
-def test_fp8_is_labelled_numerics_only_and_learns(runs):
-    rec = runs("ddp", "--nproc", "2", "--precision", "fp8", *TOKENS)
+def test_fp8_is_labelled_numerics_only_and_learns(runs, shared):
+    rec = shared(*precision("fp8"))
     assert "numerics only, not speed" in rec["parallel"]["precision_note"]
     ref = losses(ddp(runs))
     assert losses(rec) != ref  # it does round
     assert losses(rec) == pytest.approx(ref, abs=0.05)
 
 
-def test_compositions_at_4_workers(runs):
+def test_compositions_at_4_workers(runs, shared):
     d = ddp(runs)
-    for method in ("fsdp-tp", "pp-fsdp"):
-        rec = runs(method, "--nproc", "4", "--set", f"micro_batch={ROWS // 2}", *TOKENS)
+    for method in COMPOSITIONS:
+        rec = shared(*composition(method))
         assert rec["parallel"]["data_replicas"] == 2 and rec["parallel"]["global_batch_tokens"] == ROWS * SEQ
         assert losses(rec) == pytest.approx(losses(d), abs=1e-4), method
         state = sum(r["state_params"] for r in rec["memory"]["per_rank"])

@@ -1,7 +1,8 @@
 """B-SDP composed with FSDP2 (reproductions/sdp/compose.py): both methods against plain b-sdp and fsdp,
 bytes by the formula, one-line errors, and the estimate beside a measured run.
 
-The multi-process tests launch real gloo runs (marked slow); llama-tiny, micro_batch 4, three steps.
+The multi-process tests launch real gloo runs (marked slow); llama-tiny, micro_batch 4, three steps. The runs share
+launches (suite/multirun.py): one per world size for the tests' runs, one per world size for the estimator check's.
 """
 
 from __future__ import annotations
@@ -12,21 +13,54 @@ from suite.claims import claims_for
 from suite.compare import CARD_FIELDS, PEAK_CPU, Row, compare, format_comparison, judging
 from suite.config import RunConfig
 from suite.estimate import estimate
-from suite.estimate.compare import measure_beside
+from suite.estimate.compare import measured_config
+from suite.multirun import launch_runs
 from suite.plans import load_plan
+from suite.records import read_record
 from suite.strategy import get_strategy
+from tests.conftest import SharedRuns
 
 
-def run(runs, method: str, nproc: int, micro_batch: int, *sets: str, ac: bool = False) -> dict:
+def command(method: str, nproc: int, micro_batch: int, *sets: str, ac: bool = False) -> tuple[str, ...]:
     # three steps (the ledger counts step 2) of nproc x micro_batch x grad_accum sequences of 128 tokens
     accum = next((int(s.split("=")[1]) for s in sets if s.startswith("grad_accum=")), 1)
     tokens = 3 * nproc * micro_batch * accum * 128
     args = [method, "--nproc", str(nproc), "--tokens", str(tokens), "--set", f"micro_batch={micro_batch}"]
     for s in sets:
         args += ["--set", s]
-    record = runs(*args, *(["--ac"] if ac else []))
+    return (*args, *(["--ac"] if ac else []))
+
+
+def run(shared: SharedRuns, *args, **kwargs) -> dict:
+    record = shared(*command(*args, **kwargs))
     assert record["status"] == "complete", record.get("error")
     return record
+
+
+HOLDERS = [
+    (3, 0.5, True, 1),  # 4 blocks over 3 ranks: holder counts 2, 1, 1, 2 (1-rank meshes); with checkpointing
+    (2, 0.75, False, 2),  # 2 micro-batches: gradient sync on the last one only
+]
+
+
+def holders_commands(nproc: int, coverage: float, ac: bool, accum: int) -> list[tuple[str, ...]]:
+    """Plain b-sdp, its holders reading and fsdp, on the same rows."""
+    sets = (f"C={coverage}", "check_every=1", f"grad_accum={accum}")
+    return [
+        command("b-sdp", nproc, 4 // accum, *sets, ac=ac),
+        command("b-sdp-fsdp-holders", nproc, 4 // accum, *sets, ac=ac),
+        command("fsdp", nproc, 4 // accum, f"grad_accum={accum}", ac=ac),
+    ]
+
+
+WORKER = [command("b-sdp", 2, 4, "C=0.75"), command("b-sdp-fsdp-worker", 4, 2, "C=0.75", "G=2", "check_every=1")]
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory) -> SharedRuns:
+    """Every run of the tests below, in one launch per world size (tests/conftest.py: SharedRuns)."""
+    commands = [c for case in HOLDERS for c in holders_commands(*case)] + WORKER
+    return SharedRuns(tmp_path_factory.mktemp("shared"), commands)
 
 
 def losses(record: dict) -> list[tuple]:
@@ -65,34 +99,28 @@ def state(record: dict) -> list[int]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "nproc,coverage,ac,accum",
-    [
-        (3, 0.5, True, 1),  # 4 blocks over 3 ranks: holder counts 2, 1, 1, 2 (1-rank meshes); with checkpointing
-        (2, 0.75, False, 2),  # 2 micro-batches: gradient sync on the last one only
-    ],
-)
-def test_holders_reading_equals_plain_b_sdp_with_fsdp_state(runs, nproc, coverage, ac, accum):
+@pytest.mark.parametrize("nproc,coverage,ac,accum", HOLDERS)
+def test_holders_reading_equals_plain_b_sdp_with_fsdp_state(shared, nproc, coverage, ac, accum):
     sets = (f"C={coverage}", "check_every=1", f"grad_accum={accum}")
-    plain = run(runs, "b-sdp", nproc, 4 // accum, *sets, ac=ac)
-    sharded = run(runs, "b-sdp-fsdp-holders", nproc, 4 // accum, *sets, ac=ac)
+    plain = run(shared, "b-sdp", nproc, 4 // accum, *sets, ac=ac)
+    sharded = run(shared, "b-sdp-fsdp-holders", nproc, 4 // accum, *sets, ac=ac)
     assert_same_losses(sharded, plain)
     info = sharded["parallel"]["sdp"]
     assert info["fsdp"]["reading"] == "holders" and sharded["parallel"]["mesh"]["fsdp"] == "holders"
     assert bytes_by_op(sharded) == info["formula"]["payload_bytes_per_rank"]
     assert wire(sharded) == pytest.approx(info["formula"]["wire_bytes_per_rank"], rel=1e-12)
     # model state per rank: FSDP's over all ranks, redistributed by the mask (equal in total)
-    fsdp = run(runs, "fsdp", nproc, 4 // accum, f"grad_accum={accum}", ac=ac)
+    fsdp = run(shared, "fsdp", nproc, 4 // accum, f"grad_accum={accum}", ac=ac)
     assert sum(state(sharded)) == pytest.approx(sum(state(fsdp)), rel=0.02)
     assert max(state(sharded)) < 1.3 * max(state(fsdp))
     assert max(state(sharded)) < 0.8 * min(state(plain))
 
 
 @pytest.mark.slow
-def test_worker_reading_equals_b_sdp_at_k_workers(runs):
+def test_worker_reading_equals_b_sdp_at_k_workers(shared):
     """K = 2 workers of G = 2 ranks, each rank half a worker's micro-batch: the same rows, the same means."""
-    plain = run(runs, "b-sdp", 2, 4, "C=0.75")
-    sharded = run(runs, "b-sdp-fsdp-worker", 4, 2, "C=0.75", "G=2", "check_every=1")
+    plain = run(shared, "b-sdp", 2, 4, "C=0.75")
+    sharded = run(shared, "b-sdp-fsdp-worker", 4, 2, "C=0.75", "G=2", "check_every=1")
     assert_same_losses(sharded, plain)
     info = sharded["parallel"]["sdp"]
     assert sharded["parallel"]["mesh"] == {"sdp_workers": 2, "fsdp": "worker", "shard": 2}
@@ -133,7 +161,7 @@ def test_bad_composition_is_one_line(method, variant, world, fix):
     assert "\n" not in str(err.value)
 
 
-def card_compositions() -> list:
+def compositions() -> list[tuple]:
     """Every composition (method, method parameters but C, AC, precision) of the estimates that decide the SDP
     cards: the estimator check runs each of them (issue 25: it once ran llama-tiny at fp32 without the SDP+FSDP
     methods, AC or bf16, and judged no peak)."""
@@ -142,9 +170,13 @@ def card_compositions() -> list:
         for preset in ("smoke", "calibrate")
         for c in (e.cfg for e in load_plan("sdp", preset).estimates)
     }
+    return sorted(found)
+
+
+def card_compositions() -> list:
     return [
         pytest.param(*c, marks=pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[c])) if c in KNOWN_GAPS else c
-        for c in sorted(found)
+        for c in compositions()
     ]
 
 
@@ -165,22 +197,49 @@ def test_the_check_judges_every_field_an_estimated_card_reads():
         assert judging(card.metric["field"], [peak, Row("x@y bytes", 0, 1.0, 1.0, 0.0)]), card.id
 
 
+def _config(method: str, params: tuple, ac: bool, precision: str) -> RunConfig:
+    """A composition on llama-tiny (C = 0.75: its 4 blocks)."""
+    variant = dict(params) | ({"C": 0.75} if method.startswith("b-sdp") else {})
+    nproc = 4 if "G" in variant else 2
+    return RunConfig(
+        method=method, model="llama-tiny", nproc=nproc, micro_batch=1, seq_len=64, ac=ac, precision=precision,
+        variant=variant,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def estimated_and_measured(tmp_path_factory) -> dict[tuple, tuple[dict, dict]]:
+    """Each composition's estimate and the record of its measured run (what measure_beside runs). The measured runs
+    share one launch per world size (suite/multirun.py), as a plan's measured runs do: on 2 cores a launch is
+    mostly the start-up of its workers, and tests/test_multirun.py checks that a run of a shared launch records
+    what a launch of its own does (losses, bytes, counts, FLOPs, memory categories and peak)."""
+    folder = tmp_path_factory.mktemp("estimator-check")
+    estimated, by_world = {}, {}
+    for composition in compositions():
+        cfg = _config(*composition)
+        estimated[composition] = estimate(cfg)
+        measured = measured_config(estimated[composition], cfg, "cpu", folder)
+        by_world.setdefault(measured.nproc, []).append((composition, measured))
+    out = {}
+    for group in by_world.values():
+        paths = launch_runs([(f"measure {c}", cfg) for c, cfg in group])
+        for (composition, _), path in zip(group, paths, strict=True):
+            out[composition] = (estimated[composition], read_record(path))
+    return out
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("method,params,ac,precision", card_compositions())
-def test_estimate_equals_the_measured_run(tmp_path, method, params, ac, precision):
+def test_estimate_equals_the_measured_run(estimated_and_measured, method, params, ac, precision):
     """The estimator check named by the SDP cards an estimate may decide (claims.yaml: estimator_check), at each
     of their compositions on llama-tiny (C = 0.75: its 4 blocks): the peak, model state and bytes those cards
     read. The split of memory into gradients and activations is not judged: under FSDP2 with bf16 the estimate
     books the unsharded bf16 gradients as gradients at the peak where the measured run has freed them (the peak
     itself agrees within 1.5%)."""
-    variant = dict(params) | ({"C": 0.75} if method.startswith("b-sdp") else {})
-    nproc = 4 if "G" in variant else 2
-    cfg = RunConfig(
-        method=method, model="llama-tiny", nproc=nproc, micro_batch=1, seq_len=64, ac=ac, precision=precision,
-        variant=variant,
-    )  # fmt: skip
-    estimated = estimate(cfg)
-    rows = compare(estimated, measure_beside(estimated, cfg, "cpu", tmp_path))
+    estimated, measured = estimated_and_measured[(method, params, ac, precision)]
+    assert measured["status"] == "complete", f"the measured run ended {measured['status']}: {measured.get('error')}"
+    nproc = _config(method, params, ac, precision).nproc
+    rows = compare(estimated, measured)
     judged = [r for field in CARD_FIELDS for r in judging(field, rows)]
     assert judged and [r for r in judged if r.ok is False] == [], format_comparison(rows)
     assert {r.rank for r in judged if r.quantity == "peak_bytes"} == set(range(nproc))  # the peak is judged

@@ -1,7 +1,7 @@
 """SDP strategies: equality with DDP at C = 1, identical holders, bytes by the formula, memory, full gradient.
 
-Launches real gloo runs (marked slow; about a minute each on a loaded 2-core machine); the last tests run in
-one process.
+Launches real gloo runs (marked slow), one launch per world size (tests/conftest.py: SharedRuns); the last tests
+run in one process.
 """
 
 from __future__ import annotations
@@ -16,15 +16,37 @@ from reproductions.sdp.method import SHARED, component_of_params, count_blocks, 
 from suite.config import RunConfig
 from suite.models import blocks_of, build_model
 from suite.strategy import get_strategy
+from tests.conftest import SharedRuns
 
 SMALL = ["--set", "micro_batch=4", "--tokens", "6144"]  # 3 steps at 4 ranks, 6 at 2
 
 
-def sdp(runs, method: str, nproc: int, *sets: str) -> dict:
+def command(method: str, nproc: int, *sets: str) -> tuple[str, ...]:
     args = [method, "--nproc", str(nproc), *SMALL, "--set", "check_every=1"]
     for s in sets:
         args += ["--set", s]
-    return runs(*args)
+    return tuple(args)
+
+
+def sdp(shared: SharedRuns, method: str, nproc: int, *sets: str) -> dict:
+    return shared(*command(method, nproc, *sets))
+
+
+DDP = ("ddp", "--nproc", "2", *SMALL)
+FULL = ("b-sdp", "--nproc", "2", *SMALL, "--set", "C=1")
+HOLDERS = [
+    ("b-sdp", 4, ["C=0.75"]),
+    ("b-sdp", 3, ["C=0.5"]),  # 4 blocks over 3 workers: holder counts 2, 1, 1, 2
+    ("b-sdp", 2, ["C=0.75", "aggregation=dense"]),
+    ("bb-sdp", 2, ["C=0.5"]),
+]
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory) -> SharedRuns:
+    """Every run of the tests below, in one launch per world size (tests/conftest.py: SharedRuns)."""
+    commands = [DDP, FULL] + [command(m, n, *sets) for m, n, sets in HOLDERS] + [command("b-sdp", 2, "C=0.75")]
+    return SharedRuns(tmp_path_factory.mktemp("shared"), commands)
 
 
 def losses(record: dict) -> list[tuple]:
@@ -39,26 +61,17 @@ def aggregation_bytes(record: dict) -> tuple[list[float], list[float]]:
 
 
 @pytest.mark.slow
-def test_c1_equals_ddp_bit_for_bit(runs):
-    ddp = runs("ddp", "--nproc", "2", *SMALL)
-    full = runs("b-sdp", "--nproc", "2", *SMALL, "--set", "C=1")
+def test_c1_equals_ddp_bit_for_bit(shared):
+    ddp, full = shared(*DDP), shared(*FULL)
     assert ddp["status"] == full["status"] == "complete"
     assert len(ddp["curve"]) >= 2
     assert losses(full) == losses(ddp)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "method,nproc,sets",
-    [
-        ("b-sdp", 4, ["C=0.75"]),
-        ("b-sdp", 3, ["C=0.5"]),  # 4 blocks over 3 workers: holder counts 2, 1, 1, 2
-        ("b-sdp", 2, ["C=0.75", "aggregation=dense"]),
-        ("bb-sdp", 2, ["C=0.5"]),
-    ],
-)
-def test_holders_stay_identical_and_bytes_match_the_formula(runs, method, nproc, sets):
-    record = sdp(runs, method, nproc, *sets)
+@pytest.mark.parametrize("method,nproc,sets", HOLDERS)
+def test_holders_stay_identical_and_bytes_match_the_formula(shared, method, nproc, sets):
+    record = sdp(shared, method, nproc, *sets)
     assert record["status"] == "complete", record.get("error")
     info = record["parallel"]["sdp"]
     assert info["holder_checks"] == record["totals"]["steps"] >= 2
@@ -68,8 +81,8 @@ def test_holders_stay_identical_and_bytes_match_the_formula(runs, method, nproc,
 
 
 @pytest.mark.slow
-def test_formula_is_about_c_times_ddp(runs):
-    record = sdp(runs, "b-sdp", 4, "C=0.75")
+def test_formula_is_about_c_times_ddp(shared):
+    record = sdp(shared, "b-sdp", 4, "C=0.75")
     formula = record["parallel"]["sdp"]["formula"]
     ratio = max(formula["wire_bytes_per_rank"]) / formula["ddp_wire_bytes_per_rank"]
     # 3 of 4 blocks, each with 3 holders: (2/3) / (3/4) of DDP's wire bytes for the blocks
@@ -77,10 +90,10 @@ def test_formula_is_about_c_times_ddp(runs):
 
 
 @pytest.mark.slow
-def test_dense_and_groups_agree_bit_for_bit_with_at_most_two_holders(runs):
+def test_dense_and_groups_agree_bit_for_bit_with_at_most_two_holders(shared):
     """x/2 + y/2 == (x + y)/2 exactly, so with holder counts <= 2 the two aggregations give the same run."""
-    groups = sdp(runs, "b-sdp", 2, "C=0.75")
-    dense = sdp(runs, "b-sdp", 2, "C=0.75", "aggregation=dense")
+    groups = sdp(shared, "b-sdp", 2, "C=0.75")
+    dense = sdp(shared, "b-sdp", 2, "C=0.75", "aggregation=dense")
     assert losses(groups) == losses(dense)
     ddp_bytes = dense["parallel"]["sdp"]["formula"]["ddp_payload_bytes_per_rank"]
     assert aggregation_bytes(dense)[0] == [ddp_bytes, ddp_bytes]
@@ -88,9 +101,9 @@ def test_dense_and_groups_agree_bit_for_bit_with_at_most_two_holders(runs):
 
 
 @pytest.mark.slow
-def test_forward_masked_worker_allocates_nothing_for_dropped_blocks(runs):
-    ddp = runs("ddp", "--nproc", "2", *SMALL)
-    record = sdp(runs, "b-sdp", 4, "C=0.75")
+def test_forward_masked_worker_allocates_nothing_for_dropped_blocks(shared):
+    ddp = shared(*DDP)
+    record = sdp(shared, "b-sdp", 4, "C=0.75")
     info = record["parallel"]["sdp"]
     full = ddp["memory"]["per_rank"][0]["params"]
     assert full == 4 * (info["shared_params"] + sum(info["block_params"]))

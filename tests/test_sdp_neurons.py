@@ -153,8 +153,8 @@ def test_a_model_without_neuron_layers_names_the_fix():
 
 
 # ---- real gloo runs ----------------------------------------------------------------------------------------
-def nsdp(runs, nproc: int, *sets: str) -> dict:
-    args = ["n-sdp", "--nproc", str(nproc), *SMALL, "--set", "check_every=1"]
+def nsdp(runs, nproc: int, *sets: str, meters: bool = True) -> dict:
+    args = ["n-sdp", "--nproc", str(nproc), *SMALL, "--set", "check_every=1", *([] if meters else ["--no-meters"])]
     for s in sets:
         args += ["--set", s]
     return runs(*args)
@@ -221,8 +221,9 @@ def test_holders_stay_identical_and_bytes_match_the_formula(runs, nproc, sets):
 @pytest.mark.slow
 def test_evaluation_assembles_the_full_model(runs):
     """With lr = 0 the weights never move, so rank 0's assembled model is the initial full model: DDP's val loss."""
-    ddp = runs("ddp", "--nproc", "2", *SMALL, "--set", "lr=0")
-    masked = nsdp(runs, 3, "C=0.5", "lr=0")
+    # only the val losses are read: both runs without the meters
+    ddp = runs("ddp", "--nproc", "2", *SMALL, "--set", "lr=0", "--no-meters")
+    masked = nsdp(runs, 3, "C=0.5", "lr=0", meters=False)
     initial = {p["val_loss"] for p in ddp["curve"] if p["val_loss"] is not None}
     assert len(initial) == 1
     assert {p["val_loss"] for p in masked["curve"] if p["val_loss"] is not None} == initial
@@ -250,7 +251,9 @@ def test_assembled_resnet_gets_batchnorm_statistics_of_the_full_network(tmp_path
     them (2 ranks, C=0.5, 10 steps: before, N-SDP's val loss was 3.47 against DDP's 2.35; after, 2.39)."""
 
     def run(method: str, *sets: str) -> dict:
+        # only the val losses are read: without the meters (FLOPs counted, memory tracked on ResNet-18's steps)
         args = ["run", method, "--model", "resnet18", "--nproc", "2", "--tokens", "80", "--set", "micro_batch=4"]
+        args += ["--no-meters"]
         for s in ("eval_every=100", "eval_batches=2", "lr=0.001", *sets):
             args += ["--set", s]
         proc = run_cli([*args, "--results", str(tmp_path / method)])
