@@ -8,7 +8,8 @@ such as making inputs, stays outside the measurement). The callable is run `warm
 tracker, each off the clock. If it returns a dict of numbers, those are recorded beside the meters' (an
 instrumented kernel reports its own counts this way). The record has the item's provenance (`measured`;
 `counted` for an item whose numbers are an instrumented algorithm's exact counts), the command that re-runs
-the item, and a `micro` section with one row per shape.
+the item, the machine's load average at its start and end (`timing.load_average`, as a run's), and a
+`micro` section with one row per shape.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from suite.config import RunConfig
 from suite.meters.flops import FlopMeter
 from suite.meters.memory import peak_rss_bytes, reset_peak_rss
 from suite.recorder import new_record, new_run_id
+from suite.timing import load_average, load_timing
 
 
 @dataclass
@@ -115,7 +117,7 @@ def micro_record(item: Microbench, reproduction: str, command: str, results: str
     )
     cfg.run_id = f"micro-{new_run_id(cfg)}".replace(":", "-").replace("/", "-")
     rec = new_record(cfg, 1, device, "none", None)
-    start = time.perf_counter()
+    start, load_start = time.perf_counter(), load_average()
     rows = [measure_shape(item, shape) for shape in item.shapes]
     rec.update(
         {
@@ -135,6 +137,7 @@ def micro_record(item: Microbench, reproduction: str, command: str, results: str
                 "method": "MemTracker peak of live tensors over one call (cpu); cuda max_memory_allocated",
                 "per_rank": [],
             },
+            "timing": load_timing(load_start),
             "micro": {
                 "function": item.function,
                 "warmup": item.warmup,

@@ -38,6 +38,24 @@ PHASES = (
 )
 
 
+LOAD_METHOD = (
+    "the machine's 1-minute load average (os.getloadavg) when the item began and when its record was made: the "
+    "condition every time in the record was measured under"
+)
+
+
+def load_average() -> float:
+    """The machine's 1-minute load average now."""
+    return os.getloadavg()[0]
+
+
+def load_timing(load_start: float) -> dict:
+    """The `timing` section of a record that is not a training run (an estimate, a microbenchmark item, a
+    projection): the load average at its start and now, in the same field as a run's (`timing.load_average`,
+    suite/train.py). Records written before this field was kept have no `timing`: readers take it as absent."""
+    return {"load_average": [load_start, load_average()], "method": LOAD_METHOD}
+
+
 class PlanTimer:
     """The seconds of a plan's items by phase, from this process's start."""
 

@@ -15,7 +15,8 @@ import math
 import os
 import sys
 import time
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
 import psutil
@@ -222,6 +223,8 @@ class Worker:
         rec["protocol"] = self.protocol.describe(Progress(0, 0, 0.0, 0.0, None))
         rec["totals"].update(hardware_flops=0, optimizer_flops=0, epochs=0.0)
         rec["faults"] = faults.section(cfg)
+        if (note := self.bn_note()) is not None:
+            rec["evals"]["bn_statistics"] = note
         if self.rank == 0 and (cfg.checkpoint_every or cfg.max_restarts):
             ckpt.write_config(cfg)
         self.timing["setup_s"] = time.time() - self.started
@@ -266,35 +269,61 @@ class Worker:
     def _backward(self, loss: torch.Tensor) -> None:
         (loss if self.scaler is None else self.scaler.scale(loss)).backward()
 
-    @torch.no_grad()
-    def assembled(self) -> nn.Module:
-        """The model to evaluate (the strategy's: SDP assembles the full model from its holders). An assembled
-        model's BatchNorm running statistics belong to no worker's network (each was taken on a subnetwork's
-        activations), so they are recomputed on it over `eval_batches` of this rank's training batches
-        (torch.optim.swa_utils.update_bn, as after SWA's weight averaging)."""
+    # One BatchNorm rule for every arm (issue 25 item 15): before every evaluation (validation loss, top-1, a saved
+    # model) the evaluated network's BatchNorm statistics are recomputed over the same batches, whatever the arm.
+    # Keeping the running statistics instead is not possible for every arm: an assembled SDP model has none of its
+    # own network (each worker's were taken on its subnetwork's activations), and after a short run DDP's are
+    # mostly those of the networks of its first steps (momentum 0.1: after 10 steps 35% of their weight is still
+    # the initial 0 and 1). Recomputing gives each arm the statistics of the very network it is judged on, as after
+    # SWA's weight averaging; judging DDP on stale running statistics and SDP on recomputed ones (as before) made
+    # their accuracies incomparable (top-1 0.108 against 0.689 after 10 steps).
+    def bn_note(self) -> str | None:
+        """What the record says about BatchNorm at evaluation (`evals.bn_statistics`), None without BatchNorm."""
+        if not any(_tracks_stats(m) for m in self._plain_model().modules()):
+            return None
+        n, rows = self.cfg.eval_batches, self.cfg.micro_batch
+        return (
+            f"recomputed on the evaluated network before every evaluation, for every arm alike, over {n} training "
+            f"batches of {rows} rows (this rank's rows of steps 0 to {n - 1}; torch.optim.swa_utils.update_bn); "
+            "the trained model keeps its running statistics"
+        )
+
+    @contextmanager
+    def evaluation_model(self) -> Iterator[nn.Module]:
+        """The model to evaluate (the strategy's: SDP assembles the full model from its holders, DDP gives its
+        module), its BatchNorm statistics recomputed by the one rule above over `eval_batches` of this rank's
+        training batches. A network that is the trained one gets its running statistics back on leaving, so an
+        evaluation never changes the training state (DDP broadcasts buffers; SDP compares holders' tensors)."""
         model = self.strategy.eval_model(self.model)
-        trained = {id(p) for p in self.model.parameters()}
-        assembled = not any(id(p) in trained for p in model.parameters())  # DDP's .module is the trained model
-        if assembled and any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+        norms = [m for m in model.modules() if _tracks_stats(m)]
+        kept = [{k: t.clone() for k, t in m.named_buffers(recurse=False) if t is not None} for m in norms]
+        if norms:
             rows = self.cfg.micro_batch
-            inputs = [
-                self.task.batch(s, self.global_rows, self.replica * rows, rows, self.device)[0]
-                for s in range(self.cfg.eval_batches)
-            ]
-            with self.strategy.autocast(self.ctx):
-                update_bn(inputs, model)
-        return model
+            with torch.no_grad():
+                inputs = [
+                    self.task.batch(s, self.global_rows, self.replica * rows, rows, self.device)[0]
+                    for s in range(self.cfg.eval_batches)
+                ]
+                with self.strategy.autocast(self.ctx):
+                    update_bn(inputs, model)
+        try:
+            yield model
+        finally:
+            with torch.no_grad():
+                for m, buffers in zip(norms, kept, strict=True):
+                    for k, t in buffers.items():
+                        getattr(m, k).copy_(t)
 
     @torch.no_grad()
     def evaluate(self) -> float:
         start = time.perf_counter()
-        model = self.assembled()
-        model.eval()
         losses = []
-        for x, y in self.task.val_batches():
-            with self.strategy.autocast(self.ctx):
-                losses.append(self.task.loss(model, x.to(self.device), y.to(self.device)).item())
-        model.train()
+        with self.evaluation_model() as model:
+            model.eval()
+            for x, y in self.task.val_batches():
+                with self.strategy.autocast(self.ctx):
+                    losses.append(self.task.loss(model, x.to(self.device), y.to(self.device)).item())
+            model.train()
         self.timing["eval_s"] += time.perf_counter() - start
         return sum(losses) / len(losses)
 
@@ -350,7 +379,8 @@ class Worker:
                 self._close(progress, clock, at.flops_per_step, diverged=(train_loss, progress.val_loss))
                 return
             if cfg.checkpoint and cfg.save_every and at.step % cfg.save_every == 0:
-                self._save_model(trajectory_path(cfg.checkpoint, at.step), self.assembled())
+                with self.evaluation_model() as model:
+                    self._save_model(trajectory_path(cfg.checkpoint, at.step), model)
             if stop:
                 break
             if cfg.checkpoint_every and at.step >= next_checkpoint and not self.metering.straddles(at.step):
@@ -449,15 +479,16 @@ class Worker:
         image = self.task.kind == "image"
         if not (names or image or cfg.checkpoint):
             return
-        model = self.assembled()
-        if cfg.checkpoint:
-            self._save_model(cfg.checkpoint, model)
-        if not (names or image):
-            return
-        state = full_state(model)  # a collective under FSDP2: every rank takes part
-        if self.rank != 0:
-            return
-        plain = plain_model(cfg.model, self.record["model"]["config"], state, self.device)
+        with self.evaluation_model() as model:
+            if cfg.checkpoint:
+                self._save_model(cfg.checkpoint, model)
+            if not (names or image):
+                return
+            state = full_state(model)  # a collective under FSDP2: every rank takes part
+            if self.rank != 0:
+                return
+            # inside: the state may share the evaluated model's buffers, which are restored on leaving
+            plain = plain_model(cfg.model, self.record["model"]["config"], state, self.device)
         if names:
             limit = None if cfg.eval_limit is None else int(cfg.eval_limit)
             self.record["evals"].update(run_evals(plain, names, self.device, limit=limit, seed=cfg.seed))
@@ -607,6 +638,10 @@ class Worker:
             self._write()
         except Exception as write_err:  # the original error matters more than this one
             print(f"could not write the record: {write_err}", file=sys.stderr)
+
+
+def _tracks_stats(module: nn.Module) -> bool:
+    return isinstance(module, nn.modules.batchnorm._BatchNorm) and module.track_running_stats
 
 
 def _finite_or_none(value: float | None) -> float | None:

@@ -576,15 +576,132 @@ def test_a_simulated_gpu_does_not_make_cuda_claims_testable():
     assert evaluate(c, frame(rows("m", [60.0], **gpu), rows("ddp", [100.0], **gpu))).verdict == "reproduced"
 
 
-def test_every_committed_claim_names_an_estimator_check_that_exists():
+def _estimator_check(check: str):
+    """The test function an `estimator_check` names, imported (a name in a comment or a string is not a check)."""
+    import importlib
+
+    file, name = check.split("::")
+    function = getattr(importlib.import_module(file.removesuffix(".py").replace("/", ".")), name, None)
+    assert callable(function) and name.startswith("test_"), f"{check} is not a test function"
+    return function
+
+
+def _strings(node, loops: dict, names: dict) -> set[str]:
+    """The strings an expression of a check's source stands for: a literal, a loop variable over a tuple of literals,
+    or over a module-level mapping or sequence (e.g. suite.compare.CARD_FIELDS)."""
+    import ast
+
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return {node.value}
+    if isinstance(node, ast.Name) and node.id in loops:
+        over = loops[node.id]
+        if isinstance(over, (ast.Tuple, ast.List, ast.Set)):
+            return {e.value for e in over.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+        if isinstance(over, ast.Name) and isinstance(names.get(over.id), (dict, tuple, list, set)):
+            return {k for k in names[over.id] if isinstance(k, str)}
+    return set()
+
+
+def _check_reads(function) -> tuple[set[str], set[str], dict[str, str]]:
+    """What a check's source does: the functions it calls, the summary fields it hands to suite.compare.judging, and
+    the RunConfig keywords it fixes to a literal (method, precision, ...)."""
+    import ast
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    loops = {n.target.id: n.iter for n in ast.walk(tree) if isinstance(n, (ast.comprehension, ast.For))}
+    calls, fields, fixed = set(), set(), {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            calls.add(node.func.id)
+            if node.func.id == "judging" and node.args:
+                fields |= _strings(node.args[0], loops, function.__globals__)
+            if node.func.id == "RunConfig":
+                fixed |= {k.arg: k.value.value for k in node.keywords if isinstance(k.value, ast.Constant)}
+    return calls, fields, fixed
+
+
+def _compositions(function, fixed: dict) -> set[tuple]:
+    """(method, ac, precision) of each case the check runs and expects to pass (a strict xfail is a known gap)."""
+    from suite.config import RunConfig
+
+    default = RunConfig()
+    cases = [dict(fixed)]
+    for mark in getattr(function, "pytestmark", []):
+        if mark.name != "parametrize":
+            continue
+        names = [n.strip() for n in mark.args[0].split(",")] if isinstance(mark.args[0], str) else list(mark.args[0])
+        values = []
+        for v in mark.args[1]:
+            if any(m.name == "xfail" for m in getattr(v, "marks", ())):
+                continue
+            v = getattr(v, "values", v)
+            values.append(dict(zip(names, v if len(names) > 1 else (v,), strict=True)))
+        cases = [{**c, **v} for c in cases for v in values]
+    return {(c.get("method"), c.get("ac", default.ac), c.get("precision", default.precision)) for c in cases}
+
+
+def _deciding_estimates(reproduction: str, claim) -> set[tuple]:
+    """(method, ac, precision) of the estimates the card's plan makes for either side of it, at the card's model."""
+    import re
+
+    from suite.plans import load_plan
+
+    preset = re.search(r"--preset (\S+)", claim.command)
+    metric = claim.metric
+    models = metric.get("model")
+    models = {models} if isinstance(models, str) else set(models or ())
+    sides = {metric.get("method"), metric.get("baseline")} - {None}
+    plan = load_plan(reproduction, preset.group(1) if preset else "smoke")
+    return {
+        (e.cfg.method, e.cfg.ac, e.cfg.precision)
+        for e in plan.estimates
+        if e.cfg.method in sides and (not models or e.cfg.model in models)
+    }
+
+
+# Cards whose named check does not run every composition of the estimates that decide them, each with why; strict:
+# once the check covers them, the test fails until the entry goes.
+UNCHECKED_ESTIMATES = {
+    ("fl-bytes-fsdp", ("fsdp", False, "bf16")): "the check runs fl-fsdp only, not the FSDP baseline's estimate",
+    ("fl-state-memory", ("fsdp", False, "bf16")): "the check runs fl-fsdp only, not the FSDP baseline's estimate",
+}
+
+
+def test_every_estimator_check_runs_the_cards_compositions_and_judges_its_field():
+    """An estimate decides a card only where its named check compares an estimate with a measured run, judges the
+    very field the card reads (suite.compare.judging over compare's rows, with a tolerance) and runs every
+    composition of the estimates that decide the card. Before (issue 25 item 17), this test only looked for the
+    name in the file's text: a check that judged no peak, or ran another method, passed."""
     from pathlib import Path
 
+    from suite.compare import compare, judging
+
     root = Path(__file__).resolve().parents[1]
-    for path in root.glob("reproductions/*/claims.yaml"):
+    rec = make_record("ddp", 0)
+    rec["totals"].setdefault("hardware_flops", rec["totals"]["flops"])
+    rows = compare(rec, rec)  # a CPU measurement: every quantity compare judges has its tolerance
+    checked, unchecked = 0, set()
+    for path in sorted(root.glob("reproductions/*/claims.yaml")):
         for c in load_claims(path):
-            if c.estimator_check:
-                file, name = c.estimator_check.split("::")
-                assert f"def {name}(" in (root / file).read_text(), f"{path}: {c.id} names {c.estimator_check}"
+            if not c.estimator_check:
+                continue
+            checked += 1
+            function = _estimator_check(c.estimator_check)
+            calls, fields, fixed = _check_reads(function)
+            where = f"{path.parent.name}: {c.id} names {c.estimator_check}"
+            assert {"estimate", "compare", "judging"} <= calls, f"{where}, which compares no estimate with a run"
+            assert "measure_beside" in calls or "run" in calls, f"{where}, which measures no run"
+            field = c.metric["field"]
+            assert field in fields, f"{where}, which judges {sorted(fields)}, not the card's {field}"
+            assert judging(field, rows), f"{where}: suite.compare judges nothing of {field}"
+            covered = _compositions(function, fixed)
+            for composition in _deciding_estimates(path.parent.name.replace("_", "-"), c) - covered:
+                unchecked.add((c.id, composition))
+                assert (c.id, composition) in UNCHECKED_ESTIMATES, f"{where}, which does not run {composition}"
+    assert checked, "no claim names an estimator check"
+    assert unchecked == set(UNCHECKED_ESTIMATES), f"now checked: {set(UNCHECKED_ESTIMATES) - unchecked}"
 
 
 def test_verdicts_command_prints_a_table_and_json(tmp_path, capsys, monkeypatch):

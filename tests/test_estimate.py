@@ -17,7 +17,7 @@ from suite.estimate import estimate, sampled_ranks
 from suite.estimate.compare import measured_config
 from suite.meters.flops import transformer_step_flops
 from suite.multirun import launch_runs
-from suite.records import read_record, validate
+from suite.records import read_record, validate, write_record
 
 SMALL = {"micro_batch": 2, "seq_len": 64}
 
@@ -33,6 +33,18 @@ def padded(shape: tuple[int, ...], n: int) -> int:
 
 def ops(record: dict, rank: int = 0) -> dict[tuple[str, str], dict]:
     return {(o["op"], o["group"]): o for o in record["comm"]["per_rank"][rank]["ops"]}
+
+
+def assert_load_recorded(rec: dict) -> None:
+    """The machine's load at the start and at the record, where a run keeps it (`timing.load_average`)."""
+    load = rec["timing"]["load_average"]
+    assert len(load) == 2 and all(isinstance(x, float) and x >= 0 for x in load), load
+    assert "before_s" not in rec["timing"]  # no run's breakdown: an estimate has none
+
+
+def test_the_written_estimate_record_carries_the_machine_load(tmp_path, estimates):
+    rec = estimates("ddp", 2)
+    assert_load_recorded(read_record(write_record(dict(rec), tmp_path / "estimate.json")))
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +83,7 @@ def test_ddp_estimate_from_the_command_line(tmp_path, capsys):
     n_params = sum(math.prod(s) for s in tiny_shapes())
     steps = rec["comm"]["steps"]
     assert rec["provenance"] == "estimated" and rec["env"]["backend"] == "fake"
+    assert_load_recorded(rec)
     assert rec["estimate"]["estimated_ranks"] == [0] and rec["estimate"]["checked_ranks"] == sampled_ranks(4)
     assert "rank 0 stands for all 4" in rec["estimate"]["symmetry"]
     assert ops(rec)[("all_reduce", "replicate")]["bytes"] == steps * 4 * n_params

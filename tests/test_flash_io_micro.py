@@ -1,5 +1,6 @@
 """flash-io's microbenchmark items, IO meter, plan, Nsight Compute wrapper and bench pair."""
 
+import dataclasses
 import importlib
 import statistics
 import subprocess
@@ -29,6 +30,8 @@ from suite.meters.flops import FlopMeter
 from suite.micro import Microbench, micro_record
 from suite.models import build_model
 from suite.plans import load_plan
+from suite.records import read_record
+from suite.reproduce import run_micro
 
 
 def _counted(backend, causal, backward, shape=(2, 3, 48, 16)):
@@ -80,6 +83,17 @@ def test_cpu_backends_and_sdpa_item_record():
     peak = {(r["shape"]["backend"], r["shape"]["n"]): r["peak_bytes"] for r in rows}
     # the math backend materialises N x N scores: 4x the sequence, far more than 4x the memory
     assert peak["math", 256] / peak["math", 64] > 2 * peak["flash", 256] / peak["flash", 64]
+
+
+def test_the_written_micro_record_carries_the_machine_load(tmp_path):
+    """A microbenchmark item's record keeps the load average at its start and end where a run keeps it
+    (`timing.load_average`): the condition its times were measured under."""
+    plan = load_plan("flash-io", "smoke")
+    item = dataclasses.replace(next(i for i in plan.micro if i.name == "matmul"), shapes=[dict(n=8)], repeat=1)
+    record = read_record(run_micro(plan, item, tmp_path, "1/1")["_path"])
+    load = record["timing"]["load_average"]
+    assert len(load) == 2 and all(isinstance(x, float) and x >= 0 for x in load), load
+    assert "before_s" not in record["timing"]
 
 
 def test_io_item_executes_and_agrees_with_closed_form():

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from suite.cli import main
 from suite.config import RunConfig
 from suite.recorder import new_record
-from suite.records import validate
+from suite.records import read_record, validate
 from suite.sim import PRESETS, Tier, Topology, format_projection, get_topology, project, simulated_record
 from suite.sim.collectives import cost
 from suite.sim.loopback import fit_tier
@@ -202,6 +202,23 @@ def test_simulate_command(tmp_path, capsys):
     assert out[0].startswith("SIMULATED projection of synthetic-ddp")
     written = json.loads(open(out[-1]).read())
     assert written["provenance"] == "simulated" and math.isclose(written["simulation"]["overlap"], 0.5)
+
+
+def test_the_written_projection_carries_its_own_machine_load(tmp_path, capsys):
+    """A projection's record keeps the load average at its start and end (`timing.load_average`, as a run's), never
+    the source run's timing: the source's load is not the condition the projection was made under."""
+    source = ddp_record(16)
+    source["timing"] = {
+        "before_s": 1.0, "setup_s": 2.0, "steps_s": None, "eval_s": 0.0, "final_evals_s": 0.0, "run_s": 3.0,
+        "load_average": [99.0, 99.0],
+    }  # fmt: skip
+    path = tmp_path / "ddp.json"
+    path.write_text(json.dumps(source))
+    assert main(["simulate", str(path), "--topology", A100.name, "--write", str(tmp_path / "sim")]) == 0
+    written = read_record(capsys.readouterr().out.strip().splitlines()[-1])
+    load = written["timing"]["load_average"]
+    assert len(load) == 2 and all(0 <= x < 99.0 for x in load) and "before_s" not in written["timing"]
+    assert "load_start" not in written["simulation"]
 
 
 def test_simulate_command_errors_are_one_line(tmp_path, capsys):

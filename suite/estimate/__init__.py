@@ -23,6 +23,7 @@ from suite.config import RunConfig
 from suite.estimate.rank import RankEstimate, estimate_rank
 from suite.estimate.record import build_record
 from suite.recorder import new_run_id
+from suite.timing import load_average
 
 RANK_POLICIES = ("auto", "all")
 
@@ -71,7 +72,7 @@ def estimate(
         raise ValueError(f"--gpus-per-node must be at least 1, got {gpus_per_node}")
     cfg = prepare(cfg)
     world = cfg.nproc
-    start = time.perf_counter()
+    start, load_start = time.perf_counter(), load_average()
     first = estimate_rank(cfg, 0, gpus_per_node)
     checked = sampled_ranks(world) if ranks == "auto" else []
     others = [estimate_rank(cfg, r, gpus_per_node, unless=first.signature) for r in checked]
@@ -92,4 +93,5 @@ def estimate(
         rest = _step_ranks(cfg, [r for r in range(1, world) if r not in done], gpus_per_node, processes)
         estimated = sorted([first, *done.values(), *rest], key=lambda e: e.rank)
         stands_for = {r: r for r in range(world)}
-    return build_record(estimated, stands_for, symmetry, checked, gpus_per_node, time.perf_counter() - start)
+    wall_s = time.perf_counter() - start
+    return build_record(estimated, stands_for, symmetry, checked, gpus_per_node, wall_s, load_start)

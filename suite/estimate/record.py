@@ -13,6 +13,7 @@ from suite.data import epochs_seen
 from suite.estimate.fake import BACKEND
 from suite.estimate.rank import RankEstimate
 from suite.meters.base import write_sections
+from suite.timing import load_timing
 
 FAKE_DEVICE_NAME = "fake tensors (torch FakeTensorMode) on cpu, fake process group"
 
@@ -24,8 +25,10 @@ def build_record(
     checked: list[int],
     gpus_per_node: int,
     wall_s: float,
+    load_start: float,
 ) -> dict:
-    """The record of an estimate; `stands_for[r]` is the estimated rank whose numbers rank r takes."""
+    """The record of an estimate; `stands_for[r]` is the estimated rank whose numbers rank r takes;
+    `load_start`: the machine's load average when the estimate began (the record's `timing`, as a run's)."""
     by_rank = {est.rank: est for est in ranks}
     first = ranks[0]
     rec = copy.deepcopy(first.record)
@@ -61,6 +64,7 @@ def build_record(
             },
         }
     )
+    rec["timing"] = load_timing(load_start)
     write_sections(first.meters, {r: by_rank[stands_for[r]].results for r in listed}, rec, weight)
     rec["env"].update(
         {

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 
 from suite.sim.collectives import ALGORITHMS, cost
 from suite.sim.topology import Topology, packed_ranks
+from suite.timing import load_average, load_timing
 
 
 @dataclass
@@ -46,6 +47,7 @@ class Projection:
     source_run_id: str
     source_provenance: str
     ops: list[OpTime] = field(default_factory=list)
+    load_start: float | None = None  # the machine's load average when the projection began (the record's timing)
 
 
 def _rank_flops(record: dict) -> float:
@@ -86,6 +88,7 @@ def project(
     compute: tuple[float, str] | None = None,
 ) -> Projection:
     """Step time and tokens/s of `record`'s run on `topology`; `compute` = (seconds, where from) if measured."""
+    load_start = load_average()
     if record["provenance"] == "simulated":
         raise ValueError(f"record {record['run_id']} is itself simulated; project the measured or estimated one")
     if not 0.0 <= overlap <= 1.0:
@@ -128,12 +131,14 @@ def project(
         source_run_id=record["run_id"],
         source_provenance=record["provenance"],
         ops=[t for t in ops if t.rank == slowest],
+        load_start=load_start,
     )
 
 
 def simulated_record(record: dict, proj: Projection, command: str) -> dict:
     """`record` re-labelled `simulated`, with the projection's throughput, how it was computed, and the
-    `python -m suite simulate` command that made it."""
+    `python -m suite simulate` command that made it. Its `timing` is the projection's own (the machine's load
+    average when it began and now), never the source's: a projection measures nothing of the source's run."""
     rec = copy.deepcopy(record)
     rec.pop("_path", None)
     steps = rec["totals"]["steps"]
@@ -152,13 +157,14 @@ def simulated_record(record: dict, proj: Projection, command: str) -> dict:
                 "mfu": proj.mfu,
             },
             "simulation": {
-                **{k: v for k, v in asdict(proj).items() if k not in ("topology", "ops")},
+                **{k: v for k, v in asdict(proj).items() if k not in ("topology", "ops", "load_start")},
                 "topology": proj.topology.describe(),
                 "ops": [asdict(t) for t in proj.ops],
             },
         }
     )
     rec["totals"]["wall_s"] = steps * proj.step_s
+    rec["timing"] = load_timing(load_average() if proj.load_start is None else proj.load_start)
     rec["env"].update(
         {
             "device": "cuda",
