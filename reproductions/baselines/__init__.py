@@ -1,4 +1,4 @@
-"""The harness's own comparison of its matched baselines: DDP, FSDP2, HSDP, activation checkpointing, bf16."""
+"""The harness's own comparison of its matched baselines: DDP, FSDP2, HSDP, AC, bf16, ZeRO-1, TP, PP, CP, EP, 2-D."""
 
 from baselines.compose import FsdpTp, PpFsdp
 from baselines.cp import ContextParallelism
@@ -19,7 +19,8 @@ _ONE_REPLICA = (("micro_batch", 16), ("eval_every", 11))
 
 REPRODUCTION = Reproduction(
     name="baselines",
-    description="DDP, FSDP2 and HSDP, with activation checkpointing and bf16, equal tokens (no paper claim)",
+    description="DDP, FSDP2 and HSDP (with AC and bf16), ZeRO-1, TP, PP, CP, EP, FSDP+TP and PP+FSDP, equal tokens "
+    "(no paper claim)",
     methods=(DDP, FSDP, HSDP, Zero1, TensorParallel, Pipeline, FsdpTp, PpFsdp, ExpertParallel, ContextParallelism),
     meters=(PipelineBubble, ExpertLoad),
     optimizers=(ADAMW, MUON),

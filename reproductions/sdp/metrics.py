@@ -45,3 +45,33 @@ def state_vs_design(
     scaled = df.assign(**{field: df[field].astype(float)})
     scaled.loc[mine.index, field] = mine[field].astype(float) / paths.astype(float)
     return ratio(scaled, field, method, baseline, variant=variant, model=model, arm=arm, baseline_arm=baseline_arm)
+
+
+def global_batch_setting(setting: str, tokens: float, steps: float) -> str:
+    """A run's setting with its per-replica micro-batch replaced by its global batch in tokens per step."""
+    words = [w for w in str(setting).split() if not w.startswith("micro_batch=")]
+    per_step = tokens / steps if steps else float("nan")
+    return " ".join([*words, f"global_batch_tokens={per_step:g}"])
+
+
+@metric("ratio-global-batch", ratio=True)
+def ratio_global_batch(
+    df: pd.DataFrame,
+    field: str,
+    method: str,
+    baseline: str,
+    variant: dict | None = None,
+    baseline_variant: dict | None = None,
+    model: str | list[str] | None = None,
+    arm: dict | None = None,
+    baseline_arm: dict | None = None,
+) -> Samples:
+    """`ratio`, paired by seed and the settings but the micro-batch, which is the global batch instead: B-SDP
+    against tensor or pipeline parallelism at one world size. Those methods have one data replica, so each of
+    their ranks reads the whole global batch (micro_batch 16 on 2 ranks) where each SDP worker reads its half
+    (micro_batch 8): the same global batch and tokens, two micro-batches, which `ratio` would never pair."""
+    if df.empty:
+        return ratio(df, field, method, baseline, variant, baseline_variant, model, None, None, arm, baseline_arm)
+    settings = [global_batch_setting(s, t, n) for s, t, n in zip(df["setting"], df["tokens"], df["steps"])]
+    rows = df.assign(setting=settings)
+    return ratio(rows, field, method, baseline, variant, baseline_variant, model, None, None, arm, baseline_arm)

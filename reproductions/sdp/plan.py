@@ -79,6 +79,13 @@ MASKING_STEPS, MASKING_WORKERS, MASKING_C = 300, 8, 0.375
 # FLOP-matched B-SDP arm at C=0.5 there ran 39 steps for DDP's 20
 QUALITY_COSTS = {0.5: StepCost(0.220, 0.71), 0.75: StepCost(0.350, 0.77), None: StepCost(0.423, 0.93)}
 MATCHED_STEPS = 39 / 20
+# B-SDP against model parallelism (issue 29): at 2 ranks, where PP has 2 stages and TP degree 2 with no data-parallel
+# axis beside them, B-SDP at C = 1/2 holds 2 of llama-tiny's 4 blocks per worker, as a PP stage does (one holder per
+# block: its holder groups average nothing but the shared embedding, head and norm). Smoke: the smoke arms' global
+# batch (16 sequences), tokens and schedule; gpu: 2 GPUs, llama-134m, 8 sequences per SDP worker. Cards sdp-vs-pp-*
+# and sdp-vs-tp-*.
+MP_WORKERS = 2
+MP_PP, MP_TP = {"schedule": "1f1b"}, {"sequence_parallel": False}
 # ResNet-18 has 5 blocks that keep their input's shape (the maskable ones). With K=4 workers, C=0.6 holds 3 of
 # them (2 or 3 holders per block) and N-SDP's C=0.5 holds 4 of 8 channel groups (2 holders each): every
 # component is averaged over at least two holders (a plain partition would average nothing). It trains at
@@ -206,6 +213,18 @@ def _mechanism_arms(common: dict, workers: int, steps: int) -> list[RunConfig]:
     return [RunConfig(method=m, nproc=workers, variant=v, ac=ac, **common, **budget) for m, v, budget, ac in arms]
 
 
+def _model_parallel_arms(common: dict, steps: int, sequences: int) -> list[RunConfig]:
+    """B-SDP at C = 1/2 against pipeline (2 stages, 1F1B) and tensor parallelism (degree 2) on MP_WORKERS ranks,
+    one seed each, a global batch of `sequences` and the same tokens and schedule: memory, state, bytes and CPU
+    time per step (issue 29). TP and PP have one data replica, so each of their ranks reads the whole batch."""
+    tokens = {"tokens": steps * sequences * common["seq_len"]}
+    arms = [("b-sdp", {"C": 0.5}, MP_WORKERS), ("pp", MP_PP, 1), ("tp", MP_TP, 1)]
+    return [
+        RunConfig(method=m, nproc=MP_WORKERS, variant=v, **{**common, "micro_batch": sequences // replicas}, **tokens)
+        for m, v, replicas in arms
+    ]
+
+
 def _vision_arms() -> list[RunConfig]:
     samples = VISION_STEPS * VISION_WORKERS * VISION["micro_batch"]
     return [RunConfig(method=m, nproc=VISION_WORKERS, variant=v, tokens=samples, **VISION) for m, v in VISION_ARMS]
@@ -242,6 +261,7 @@ def _smoke() -> list[RunConfig]:
     return [
         *_quality_arms(SMOKE, SMOKE_WORKERS, SMOKE_STEPS, _seeds(3), EVALS),
         *_mechanism_arms(SMOKE, SMOKE_WORKERS, SMOKE_STEPS),
+        *_model_parallel_arms(SMOKE, SMOKE_STEPS, SMOKE_WORKERS * SMOKE["micro_batch"]),
         *_vision_arms(),
     ]
 
@@ -294,6 +314,7 @@ def _gpu() -> list[RunConfig]:
     return [
         *_quality_arms(GPU, gpus, GPU_STEPS, _seeds(3)),
         *_mechanism_arms(GPU, gpus, GPU_STEPS),
+        *_model_parallel_arms(GPU, GPU_STEPS, MP_WORKERS * GPU["micro_batch"]),
         *_gpu_vision_arms(gpus, os.environ.get("CIFAR_ROOT")),
         *_sparse_arms(gpus),
     ]
