@@ -1,6 +1,6 @@
 """Dion's plan: optimizer-step time and bytes against Muon and AdamW, and loss at equal tokens.
 
-Smoke (this machine, 2 cores, gloo; estimated 6 minutes on 2 quiet cores, see smoke_wall_s): the runs its cards
+Smoke (this machine, 2 cores, gloo; estimated 6.1 minutes on 2 quiet cores, see smoke_wall_s): the runs its cards
 read, and the sweep that picked the quality preset's rates:
 - bytes (dion-ddp-bytes-low-rank, dion-fsdp-small-reductions): llama-tiny under DDP at 2 ranks (AdamW, Dion at rank
   fractions 1/4, 1/16, 1/2 and 1) and under FSDP2 at 2 (AdamW, Muon, Dion 1/4) and 4 ranks (Muon, Dion 1/4),

@@ -6,7 +6,7 @@ schedule and micro-batch per rank, so an FL group steps on a global batch G / N 
 effect docs/sources.md#fl-fsdp names). Evaluation every 2F steps, right after an aggregation, so every group holds
 the averaged model when it is scored.
 
-Smoke (this machine, 4 gloo workers, llama-tiny on the embedded text; estimated 4 minutes on 2 quiet cores, see
+Smoke (this machine, 4 gloo workers, llama-tiny on the embedded text; estimated 3.6 minutes on 2 quiet cores, see
 smoke_wall_s): the four compared arms (fsdp, hsdp 2 x 2, fl-fsdp 2 groups of 2, fl-hsdp 2 groups of 2 replicas) on
 seed 0, SMOKE_STEPS steps (the meters' aggregation period, then two whole timed periods), one closing evaluation after
 an aggregation: tokens/s, bytes per tier and memory per rank, the smoke measurements the cards show beside their
