@@ -61,10 +61,19 @@ def start_workers(nproc: int, run_id: str, max_restarts: int, module: str, spec:
     )
     # Workers get the allocator's defaults: the glibc thresholds once set here made every timed step
     # 1.7-1.9x slower and changed no tensor-level peak (issue 19; numbers in suite/meters/memory.py).
-    # torchrun's command line sets this; its API does not, and oversubscribed threads cost 5-10x here
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
+    # torchrun's command line sets this; its API does not, and oversubscribed threads cost 5-10x here. Set for
+    # this launch only: left in the environment, a plan's first launch (1 worker, 2 threads) gave its 2 and 4
+    # workers 2 threads each too (results/dion-smoke: DDP at 4 ranks 5-10x slower per step than sdp-smoke's).
+    # A value the user set is kept.
+    chosen = os.environ.get("OMP_NUM_THREADS")
+    if chosen is None:
+        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
     os.environ[LAUNCHER_PID] = str(os.getpid())  # the workers end when this process does (suite/faults.py)
-    elastic_launch(config, sys.executable)("-m", module, str(spec))
+    try:
+        elastic_launch(config, sys.executable)("-m", module, str(spec))
+    finally:
+        if chosen is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
 
 
 def exit_text(code: int, oom: bool = False) -> str:

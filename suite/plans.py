@@ -97,14 +97,23 @@ class StepCost:
     """An arm's wall seconds per training step and per validation pass on the machine a preset is sized for
     (2 quiet cores), read from the committed smoke records of the same model, world size and micro-batch: the
     larger of the record's median wall step (`throughput.step_s_median`) and its CPU demand, world size x
-    `throughput.cpu_step_s_median` / cores; per evaluation, `timing.eval_s` over the record's evaluations."""
+    `throughput.cpu_step_s_median` / cores; per evaluation, `timing.eval_s` over the record's evaluations; per
+    metered step (FLOPs, memory, collectives: suite/meters/schedule.py), `metered_s`, where a short run's metered
+    steps weigh (None: as a timed step)."""
 
     step_s: float
     eval_s: float
+    metered_s: float | None = None
 
 
-def estimated_wall_s(runs: list[tuple[StepCost, float, int]], per_run_s: float = 2.0, launch_s: float = 30.0) -> float:
-    """Estimated (not measured) wall seconds of a plan: each run is (its arm's cost, steps, evaluations);
-    `per_run_s` covers a run's set-up and record in a shared launch, `launch_s` one torchrun launch and the
-    workers' imports (the smoke plans' summaries: 10-30 s)."""
-    return launch_s + sum(c.step_s * steps + c.eval_s * evals + per_run_s for c, steps, evals in runs)
+def estimated_wall_s(runs: list[tuple], per_run_s: float = 2.0, launch_s: float = 30.0, launches: int = 1) -> float:
+    """Estimated (not measured) wall seconds of a plan: each run is (its arm's cost, steps, evaluations) or (its
+    arm's cost, steps, evaluations, how many of the steps are metered); `per_run_s` covers a run's set-up and record
+    in a shared launch, `launch_s` one torchrun launch and the workers' imports (the smoke plans' summaries: 10-30
+    s), `launches` how many the plan makes (one per world size)."""
+    total = launch_s * launches
+    for cost, steps, evals, *metered in runs:
+        m = metered[0] if metered else 0
+        per_metered = cost.step_s if cost.metered_s is None else cost.metered_s
+        total += cost.step_s * (steps - m) + per_metered * m + cost.eval_s * evals + per_run_s
+    return total

@@ -49,6 +49,27 @@ def test_launcher_starts_workers_with_the_allocator_defaults(monkeypatch, tmp_pa
     assert seen and allocator_is_default(seen), allocator_settings(seen)
 
 
+def test_each_launch_gives_its_workers_their_share_of_the_cores(monkeypatch, tmp_path):
+    """One launch's OMP_NUM_THREADS once stayed in the plan's environment, so a 1-worker launch (2 threads) gave
+    the 2- and 4-worker launches after it 2 threads per worker on 2 cores (results/dion-smoke, issue 25: DDP at 4
+    ranks 5-10x slower per step than in sdp-smoke). A value the user set is kept."""
+    seen = []
+
+    def fake_launch(config, entrypoint):
+        return lambda *args: seen.append(os.environ.get("OMP_NUM_THREADS"))
+
+    monkeypatch.setattr(launch, "elastic_launch", fake_launch)
+    monkeypatch.setattr(os, "environ", os.environ.copy())
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    os.environ.pop("OMP_NUM_THREADS", None)
+    for nproc in (1, 2, 4):
+        launch.start_workers(nproc, f"threads{nproc}", 0, "suite.worker", tmp_path / "spec.json")
+    assert seen == ["2", "1", "1"] and "OMP_NUM_THREADS" not in os.environ
+    os.environ["OMP_NUM_THREADS"] = "3"
+    launch.start_workers(4, "mine", 0, "suite.worker", tmp_path / "spec.json")
+    assert seen[-1] == "3" and os.environ["OMP_NUM_THREADS"] == "3"
+
+
 def test_metering_leaves_no_hook_and_the_defaults_when_the_step_raises():
     model = nn.Linear(8, 8)
     optimizer = torch.optim.AdamW(model.parameters())

@@ -138,3 +138,45 @@ def test_every_card_reads_one_arm_per_side_in_each_cpu_preset(name, card, preset
             continue
         rows = side(df, card.metric, baseline=baseline)
         one_arm(rows[rows["protocol"] == protocol] if protocol else rows, f"{card.id}'s side")
+
+
+# ---- the smoke presets cut to what their cards read (issue 25: every smoke plan under 10 minutes on 2 cores) ----
+
+LEAN_SMOKE = ("dion", "fl-fsdp")
+
+
+def _readings(card: Claim) -> list[dict]:
+    """Every metric a card selects runs with: its own, then each `beside` entry's (shown, never judged)."""
+    return [card.metric, *({**card.metric, **extra.overrides} for extra in card.beside)]
+
+
+def _read_by(card: Claim, df: pd.DataFrame) -> set[int]:
+    rows: set[int] = set()
+    for metric in _readings(card):
+        for baseline in (False, True):
+            if not baseline or metric.get("baseline"):
+                rows |= set(side(df, metric, baseline=baseline).index)
+    return rows
+
+
+@pytest.mark.parametrize("name", LEAN_SMOKE)
+def test_every_smoke_run_is_read_by_a_card(name):
+    """A run no card reads (a side or a beside entry) costs the smoke plan time and decides nothing (dion's runs at
+    1 rank, its 1-process quality seeds and FL+FSDP's world-6 runs once did)."""
+    runs = [c for c in load_plan(name, "smoke").runs if c.reproduction == name]  # dion's sweep is filed apart
+    df = pd.DataFrame([planned_row(c) for c in runs])
+    read = set().union(*(_read_by(card, df) for card in claims_for(name)))
+    assert not [runs[i].command for i in df.index if i not in read]
+
+
+@pytest.mark.parametrize("name", LEAN_SMOKE)
+def test_the_smoke_cards_keep_every_side_their_beside_entries_and_their_seeds(name):
+    df = _frame(load_plan(name, "smoke"))
+    for card in (c for c in claims_for(name) if "--preset smoke" in (c.command or "")):
+        for metric in _readings(card):
+            for baseline in (False, True):
+                if baseline and not metric.get("baseline"):
+                    continue
+                rows = side(df, metric, baseline=baseline)
+                assert len(rows), f"{card.id}: nothing planned for {metric}"
+                assert rows["seed"].nunique() >= (card.seeds_needed or 1), f"{card.id}: too few seeds"

@@ -12,7 +12,18 @@ import pytest
 
 from reproductions.dion import REPRODUCTION
 from reproductions.dion.micro import optimizer_step
-from reproductions.dion.plan import LR_GRID, LR_PICKED, SCALAR_LR, SWEEP, TIME_SEEDS, TIME_WORLD, plan
+from reproductions.dion.plan import (
+    BYTES_STEPS,
+    LR_GRID,
+    LR_PICKED,
+    SCALAR_LR,
+    SWEEP,
+    TIME_SEEDS,
+    TIME_STEPS,
+    TIME_WORLD,
+    plan,
+    smoke_wall_s,
+)
 from suite.claims import load_claims
 from suite.config import RunConfig
 from suite.plans import load_plan
@@ -29,22 +40,44 @@ def arm(cfg: RunConfig) -> tuple:
     return (cfg.method, cfg.nproc, cfg.optimizer, cfg.variant.get("rank_fraction"))
 
 
-def test_smoke_covers_the_optimizers_rank_fractions_and_world_sizes(smoke):
-    runs = [c for c in smoke if c.reproduction == "dion" and c.micro_batch == 4]
-    arms = {arm(c) for c in runs}
-    for world in (1, 2, 4):
-        assert {("ddp", world, "adamw", None), ("ddp", world, "muon", None), ("ddp", world, "dion", 0.25)} <= arms
-    assert {("ddp", 2, "dion", f) for f in (1.0, 0.5, 0.25, 0.0625)} <= arms
-    assert {("fsdp", w, o, f) for w in (2, 4) for o, f in (("muon", None), ("dion", 0.25))} <= arms
+def test_smoke_plans_the_arms_its_cards_read_and_no_others(smoke):
+    """DDP at 2 ranks (AdamW against Dion at rank 1/4, with 1/16, 1/2 and full rank beside), FSDP2 at 2 ranks (Dion
+    1/4 against Muon, AdamW beside) and at 4 (Dion 1/4 against Muon), DDP at 4 ranks for the whole-step time (Dion
+    1/4 against Muon, AdamW beside); no run at 1 rank and no 1-process quality seeds (the quality cards read the
+    quality preset), which no smoke card read (tests/test_card_commands.py checks every run is read)."""
+    runs = [c for c in smoke if c.reproduction == "dion"]
+    bytes_arms = {("ddp", 2, "adamw", None), *{("ddp", 2, "dion", f) for f in (1.0, 0.5, 0.25, 0.0625)}}
+    bytes_arms |= {("fsdp", 2, o, f) for o, f in (("adamw", None), ("muon", None), ("dion", 0.25))}
+    bytes_arms |= {("fsdp", 4, o, f) for o, f in (("muon", None), ("dion", 0.25))}
+    time_arms = {("ddp", TIME_WORLD, o, f) for o, f in (("adamw", None), ("muon", None), ("dion", 0.25))}
+    assert {arm(c) for c in runs} == bytes_arms | time_arms
+    assert all(c.micro_batch == 4 and c.eval_batches == 1 for c in runs)
+    steps = {arm(c): c.tokens // (c.nproc * c.micro_batch * c.seq_len) for c in runs}
+    assert {steps[a] for a in bytes_arms} == {BYTES_STEPS} and {steps[a] for a in time_arms} == {TIME_STEPS}
 
 
-def test_sweep_is_tagged_apart_and_seeds_run_at_the_picked_rates(smoke):
+def test_bytes_runs_reach_the_counted_step_and_time_runs_have_timed_steps(smoke):
+    """The ledger counts one whole period from comm_step (period 1 for DDP and FSDP2), after DDP's bucket rebuild;
+    the whole-step card's median is over the steps after the meters' (clock_warmup, mem_step, comm_step)."""
+    for c in smoke:
+        if c.reproduction == "dion":
+            steps = c.tokens // (c.nproc * c.micro_batch * c.seq_len)
+            assert steps > max(c.comm_step, c.mem_step, c.flop_step)
+            if c.nproc == TIME_WORLD and c.method == "ddp":
+                assert steps - (max(c.comm_step, c.mem_step, c.clock_warmup - 1) + 1) >= 5
+
+
+def test_sweep_is_tagged_apart_and_unchanged_and_the_quality_preset_runs_the_picked_rates(smoke):
     sweep = [c for c in smoke if c.reproduction == SWEEP]
     assert {(c.optimizer, c.lr) for c in sweep} == {(o, lr) for o, grid in LR_GRID.items() for lr in grid}
     assert {c.seed for c in sweep} == {0}
-    quality = [c for c in smoke if c.reproduction == "dion" and c.nproc == 1 and c.micro_batch == 8]
+    # the configuration whose committed records picked LR_PICKED (results/dion-smoke): 40 steps of 8 x 128 tokens,
+    # an evaluation of 4 batches every 10 steps, constant rate after 10 warm-up steps
+    assert {(c.tokens, c.micro_batch, c.seq_len, c.eval_every, c.eval_batches, c.lr_decay) for c in sweep} == {
+        (40 * 8 * 128, 8, 128, 10, 4, "constant")
+    }
     by_arm = defaultdict(set)
-    for c in quality:
+    for c in load_plan("dion", "quality").runs:
         assert c.lr == LR_PICKED[c.optimizer]
         by_arm[(c.optimizer, c.variant.get("rank_fraction"))].add(c.seed)
     assert by_arm == {k: {1, 2, 3} for k in (("adamw", None), ("muon", None), ("dion", 0.25), ("dion", 1.0))}
@@ -54,16 +87,28 @@ def test_every_comparison_sees_equal_tokens_and_one_rule_for_the_adamw_part(smok
     """Quality arms once had equal FLOPs with optimizer FLOPs booked as model FLOPs (AdamW 40,960 tokens, Muon
     21,504), and AdamW trained its embeddings and head at 1e-3 while Muon and Dion trained theirs at 3e-3."""
     assert all(c.tokens and c.flops is None for c in smoke)
-    quality = [c for c in smoke if c.micro_batch == 8]
-    assert len({c.tokens for c in quality}) == 1
+    budgets = defaultdict(set)  # the arms a card compares share a method, world size and micro-batch
+    for c in smoke:
+        budgets[(c.reproduction, c.method, c.nproc, c.micro_batch)].add(c.tokens)
+    assert all(len(tokens) == 1 for tokens in budgets.values()), budgets
+    quality = load_plan("dion", "quality").runs
+    assert all(len({c.tokens for c in quality if c.warmup_steps == w}) == 1 for w in {c.warmup_steps for c in quality})
     assert SCALAR_LR == LR_PICKED["adamw"]
-    assert all(c.variant.get("scalar_lr") == SCALAR_LR for c in quality if c.optimizer != "adamw")
+    assert all(c.variant.get("scalar_lr") == SCALAR_LR for c in [*smoke, *quality] if c.optimizer != "adamw")
 
 
 def test_the_whole_step_time_card_has_interleaved_repeats(smoke):
     timed = [c for c in smoke if c.method == "ddp" and c.nproc == TIME_WORLD and c.micro_batch == 4]
     arms = {(c.optimizer, c.variant.get("rank_fraction")) for c in timed}
     assert [c.seed for c in timed] == [s for s in TIME_SEEDS for _ in arms]  # every arm once, then again
+
+
+def test_the_smoke_plan_notes_its_estimated_wall_time_under_the_goal():
+    """Issue 25: every smoke plan under 10 minutes on 2 cores; estimated (smoke_wall_s), sized for 7.5."""
+    plan = load_plan("dion", "smoke")
+    minutes = smoke_wall_s(plan.runs) / 60
+    assert f"estimated wall time {minutes:.1f} minutes on 2 quiet cores (not measured)" in plan.notes
+    assert minutes < 7.5
 
 
 def _sweep_losses() -> dict[str, dict[float, float]]:

@@ -1,28 +1,35 @@
 """Dion's plan: optimizer-step time and bytes against Muon and AdamW, and loss at equal tokens.
 
-Smoke (this machine, 2 cores, gloo), in three parts:
-- step cost: microbenchmark items, one optimizer step on one square matrix of 256 to 2048 rows, AdamW,
-  Muon and Dion at rank fractions 1, 1/2, 1/4, 1/16 (suite/micro.py); and llama-tiny runs under DDP at
-  1, 2 and 4 ranks and under FSDP2 at 2 and 4, whose records hold the optimizer phase beside the whole
-  step (throughput.phases_s_median) and the bytes the communication meter counts (the survey: never
-  quote the optimizer step as the training step);
-  The DDP runs at 4 ranks, which the CPU whole-step card reads, repeat over TIME_SEEDS, interleaved (every arm
-  once, then again), so that the card's spread covers the machine's load;
-- quality: llama-tiny on one process, equal tokens (QUALITY_STEPS steps of 8 x 128 tokens; the claims name
-  these arms by their micro-batch of 8, the cost runs' is 4); the learning rate of each optimizer picked from
-  LR_GRID on seed 0 (AlgoPerf's rule: tuned on one budget, reported on other seeds). The sweep runs are part of
-  the plan, recorded as reproduction SWEEP so that no verdict counts a tuning run as evidence; then seeds 1-3 at
-  the picked rate (LR_PICKED); Dion at rank 1/4 and at full rank. One rule for the parameters no matrix
-  optimizer takes (embeddings, head, norms): every arm trains them with AdamW at AdamW's picked rate
-  (SCALAR_LR), so the arms differ in the matrix optimizer and its rate only;
+Smoke (this machine, 2 cores, gloo; estimated 6.1 minutes on 2 quiet cores, see smoke_wall_s): the runs its cards
+read, and the sweep that picked the quality preset's rates:
+- bytes (dion-ddp-bytes-low-rank, dion-fsdp-small-reductions): llama-tiny under DDP at 2 ranks (AdamW, Dion at rank
+  fractions 1/4, 1/16, 1/2 and 1) and under FSDP2 at 2 (AdamW, Muon, Dion 1/4) and 4 ranks (Muon, Dion 1/4),
+  BYTES_STEPS steps each: the meters' steps (FLOPs on step 0, DDP's bucket rebuild on step 1, memory and the
+  communication meter's bytes on step 2), which is all these cards read;
+- whole-step time (dion-whole-step-vs-muon-cpu): DDP at 4 ranks, AdamW, Muon and Dion 1/4, TIME_STEPS steps (5
+  timed after the meters'), repeated over TIME_SEEDS, interleaved (every arm once, then again), so that the card's
+  spread covers the machine's load; the records hold the optimizer phase beside the whole step
+  (throughput.phases_s_median; the survey: never quote the optimizer step as the training step);
+- microbenchmark items, one optimizer step on one square matrix of 256 to 2048 rows, AdamW, Muon and Dion at rank
+  fractions 1, 1/2, 1/4, 1/16 (suite/micro.py; reproductions/dion/figure.py draws them);
+- the learning-rate sweep, unchanged since it picked LR_PICKED (its records in results/dion-smoke; a test checks the
+  picks): llama-tiny on one process, 40 steps of 8 x 128 tokens, every rate of LR_GRID on seed 0 (AlgoPerf's rule:
+  tuned on one budget, reported on other seeds), recorded as reproduction SWEEP so that no verdict counts a tuning
+  run as evidence. One rule for the parameters no matrix optimizer takes (embeddings, head, norms): every arm trains
+  them with AdamW at AdamW's picked rate (SCALAR_LR), so the arms differ in the matrix optimizer and its rate only;
 - everything at fp32; Muon's Newton-Schulz runs in bf16 as specified (slow on an AVX2-only CPU, which
   this comparison does not hide).
-Quality (CPU, not yet run; estimated 64 minutes on 2 quiet cores, see quality_wall_s): the four quality arms of
-smoke (AdamW, Muon, Dion at rank 1/4 and at full rank) on the stdlib corpus at two budgets a factor 2 apart
+No smoke card reads runs at 1 rank, DDP+Muon at 2 ranks, Dion at full rank at 4, FSDP2+AdamW at 4, or the
+1-process quality arms at the picked rates (the quality cards read the quality preset's stdlib runs): issue 25 cut
+them (tests/test_card_commands.py checks that every smoke run is read by a card).
+Quality (CPU, not yet run; estimated 64 minutes on 2 quiet cores, see quality_wall_s): the four quality arms (AdamW,
+Muon, Dion at rank 1/4 and at full rank, micro-batch 8, one process; the claims name them by their micro-batch, the
+cost runs' is 4) on the stdlib corpus at two budgets a factor 2 apart
 (QUALITY_STEPS), seeds QUALITY_SEEDS, one schedule for every arm (QUALITY_SCHEDULE: warm-up over 10% of the steps,
 then cosine over the budget), each at its rate from the smoke sweep (LR_PICKED, picked at 40 constant-rate steps;
 not tuned again here);
-GPU: llama-134m, the same arms on every visible GPU: the wall-clock claims are about GPUs, and this
+GPU: llama-134m, the quality arms (sweep, then seeds at the picked rates) and every cost arm (GPU_DDP_ARMS over
+TIME_SEEDS, GPU_FSDP_ARMS once) on every visible GPU: the wall-clock claims are about GPUs, and this
 machine's CPU timings do not test them. Target (8+ GPUs): llama-1b, AdamW and Dion at rank 1/4 to one validation
 loss (TARGET_LOSS), three seeds, the wall-clock card's runs. Paper: the paper's 3B runs are not in reach; the
 preset names the configuration it would take and refuses to run.
@@ -66,21 +73,74 @@ QUALITY_COSTS = {
     ("dion", 0.25): StepCost(0.179, 0.21),
     ("dion", 1.0): StepCost(0.267, 0.20),
 }
-MECH = dict(model="llama-tiny", device="cpu", micro_batch=4, seq_len=128, eval_every=100, log_every=5)
-MECH_STEPS = 8
-TIME_WORLD, TIME_SEEDS = 4, (0, 1, 2)
-# (method, world sizes, optimizer arms); DDP at world 1 keeps the same wrapper as at 2 and 4
-MECH_ARMS = (
+# The cost runs (micro-batch 4): only the arms a smoke card reads. No card reads their losses, so one closing
+# evaluation of one batch; eval_every beyond the run
+MECH = dict(model="llama-tiny", device="cpu", micro_batch=4, seq_len=128, eval_every=100, eval_batches=1, log_every=5)
+# bytes and memory (dion-ddp-bytes-low-rank, dion-fsdp-small-reductions): the meters' steps only, FLOPs on step 0,
+# DDP's bucket rebuild on step 1, memory and collectives counted on step 2 (one whole period of DDP and FSDP2)
+BYTES_STEPS = 3
+# (method, world sizes, optimizer arms) of the bytes cards: DDP at 2 ranks, AdamW against Dion at rank 1/4, with
+# rank 1/16, 1/2 and full rank beside; FSDP2 Dion 1/4 against Muon at 2 and 4 ranks, AdamW beside at 2
+BYTES_ARMS = (
     (
         "ddp",
-        (1, 2, 4),
-        (("adamw", {}), ("muon", {}), ("dion", {"rank_fraction": 1.0}), ("dion", {"rank_fraction": 0.25})),
+        (2,),
+        (
+            ("adamw", {}),
+            ("dion", {"rank_fraction": 0.25}),
+            ("dion", {"rank_fraction": 0.0625}),
+            ("dion", {"rank_fraction": 0.5}),
+            ("dion", {"rank_fraction": 1.0}),
+        ),
     ),
-    ("ddp", (2,), (("dion", {"rank_fraction": 0.5}), ("dion", {"rank_fraction": 0.0625}))),
-    ("fsdp", (2, 4), (("adamw", {}), ("muon", {}), ("dion", {"rank_fraction": 0.25}))),
+    ("fsdp", (2,), (("adamw", {}), ("muon", {}), ("dion", {"rank_fraction": 0.25}))),
+    ("fsdp", (4,), (("muon", {}), ("dion", {"rank_fraction": 0.25}))),
 )
+# the whole-step CPU-time card (dion-whole-step-vs-muon-cpu): DDP at 4 ranks, Dion 1/4 against Muon with AdamW
+# beside, TIME_SEEDS interleaved repeats of TIME_STEPS steps (the meters' 3, then 5 timed)
+TIME_WORLD, TIME_SEEDS, TIME_STEPS = 4, (0, 1, 2), 8
+TIME_ARMS = (("adamw", {}), ("muon", {}), ("dion", {"rank_fraction": 0.25}))
+# Smoke preset's wall time on 2 quiet cores (smoke_wall_s; estimated, not measured), per step, per evaluation and
+# per metered step, by (method, world size, optimizer, rank fraction). The sweep's: QUALITY_COSTS, metered steps
+# 0.45 s (its records' steps_s.metered over 2 steps). The cost runs' must come from records with one thread per
+# worker, and the committed dion-smoke records of 2 and 4 workers ran 2 threads each on 2 cores (suite/launch.py,
+# fixed): DDP at 4 ranks is results/sdp-smoke's DDP (StepCost 0.52 s, metered 0.96 s, an evaluation of one
+# batch 0.3 s)
+# plus each optimizer's own CPU work per step, 4 ranks x (its 1-process CPU step - AdamW's) / 2 cores (dion-smoke,
+# micro-batch 4: Muon 0.17 s, Dion 1/4 0.06 s, 1/2 0.12 s, full rank 0.29 s; 1/16 0.04 s from the microbenchmark);
+# DDP at 2 ranks alike (2 ranks / 2 cores); FSDP2 is the committed dion-smoke records' StepCost, an upper bound.
+SWEEP_METERED_S = 0.45
+SMOKE_COSTS = {
+    ("ddp", 4, "adamw", None): StepCost(0.52, 0.3, metered_s=0.96),
+    ("ddp", 4, "muon", None): StepCost(0.86, 0.3, metered_s=1.30),
+    ("ddp", 4, "dion", 0.25): StepCost(0.64, 0.3, metered_s=1.08),
+    ("ddp", 2, "adamw", None): StepCost(0.25, 0.3, metered_s=0.50),
+    ("ddp", 2, "dion", 0.0625): StepCost(0.29, 0.3, metered_s=0.58),
+    ("ddp", 2, "dion", 0.25): StepCost(0.31, 0.3, metered_s=0.62),
+    ("ddp", 2, "dion", 0.5): StepCost(0.37, 0.3, metered_s=0.74),
+    ("ddp", 2, "dion", 1.0): StepCost(0.54, 0.3, metered_s=1.08),
+    ("fsdp", 2, "adamw", None): StepCost(0.32, 0.13, metered_s=0.62),
+    ("fsdp", 2, "muon", None): StepCost(0.42, 0.13, metered_s=0.80),
+    ("fsdp", 2, "dion", 0.25): StepCost(0.33, 0.13, metered_s=0.46),
+    ("fsdp", 4, "muon", None): StepCost(1.04, 0.36, metered_s=1.78),
+    ("fsdp", 4, "dion", 0.25): StepCost(0.85, 0.34, metered_s=1.46),
+}
+# the rest of a smoke plan, from results/dion-smoke/plan-summary.txt: start-up 5.5 s, microbenchmarks 14.9 s, report
+# 4.5 s; a launch 18 s (launches and worker imports, 55 s over 3)
+SMOKE_FIXED_S, SMOKE_LAUNCH_S = 25.0, 18.0
 GPU = dict(model="llama-134m", device="cuda", seq_len=1024, micro_batch=8, eval_every=50, log_every=10)
-GPU_STEPS = 300
+GPU_STEPS, GPU_COST_STEPS = 300, 20
+# the GPU preset's cost runs, on every visible GPU: the optimizer-phase card reads Dion 1/2 against Muon over
+# TIME_SEEDS
+GPU_DDP_ARMS = (
+    ("adamw", {}),
+    ("muon", {}),
+    ("dion", {"rank_fraction": 1.0}),
+    ("dion", {"rank_fraction": 0.25}),
+    ("dion", {"rank_fraction": 0.5}),
+    ("dion", {"rank_fraction": 0.0625}),
+)
+GPU_FSDP_ARMS = (("adamw", {}), ("muon", {}), ("dion", {"rank_fraction": 0.25}))
 # wall-clock to a target loss (the paper's headline at 3B; here llama-1b, the largest model of the suite), on 8 or
 # more GPUs. The paper's target is not known (docs/sources.md#dion): TARGET_LOSS is this suite's, fixed before any
 # run; the rates are the smoke sweep's (tuned on llama-tiny, not at 1B), which the card states
@@ -100,17 +160,22 @@ def _tokens(steps: int, nproc: int, common: dict) -> int:
     return steps * nproc * common["micro_batch"] * common["seq_len"]
 
 
-def quality_runs(common: dict, steps: int, seeds: tuple[int, ...]) -> list[RunConfig]:
-    """The sweep on seed 0 (every rate of LR_GRID), then `seeds` at the picked rates; Dion also at full rank;
-    every run `steps` steps of the same tokens."""
+def sweep_runs(common: dict, steps: int) -> list[RunConfig]:
+    """The learning-rate sweep on seed 0, every rate of LR_GRID, `steps` steps of the same tokens each, filed as
+    SWEEP (no card counts them; LR_PICKED are its winners)."""
     budget = {"tokens": _tokens(steps, common["nproc"], common)}
     arms = [("adamw", {}), ("muon", {}), ("dion", {"rank_fraction": QUALITY_FRACTION})]
-    runs = [
+    return [
         RunConfig(optimizer=o, lr=lr, seed=0, variant=_arm(o, v), reproduction=SWEEP, **budget, **common)
         for o, v in arms
         for lr in LR_GRID[o]
     ]
-    return runs + picked_runs(common, steps, seeds)
+
+
+def quality_runs(common: dict, steps: int, seeds: tuple[int, ...]) -> list[RunConfig]:
+    """The sweep (sweep_runs), then `seeds` at the picked rates; Dion also at full rank; every run `steps` steps of
+    the same tokens."""
+    return sweep_runs(common, steps) + picked_runs(common, steps, seeds)
 
 
 def picked_runs(common: dict, steps: int, seeds: tuple[int, ...]) -> list[RunConfig]:
@@ -147,29 +212,66 @@ def quality_wall_s(runs: list[RunConfig]) -> float:
     return estimated_wall_s(items)
 
 
-def mechanism_runs(common: dict, steps: int, worlds: tuple[int, ...] | None = None) -> list[RunConfig]:
-    """Every arm of MECH_ARMS once (at `worlds` when given); the DDP arms at the time cards' world size
-    (TIME_WORLD, or the one of `worlds`) over TIME_SEEDS, seed by seed."""
-    timed = worlds[-1] if worlds else TIME_WORLD
-    runs = []
-    for method, sizes, arms in MECH_ARMS:
-        for nproc in worlds or sizes:
-            seeds = TIME_SEEDS if (method, nproc) == ("ddp", timed) else (0,)
-            runs += [
-                RunConfig(
-                    method=method,
-                    nproc=nproc,
-                    optimizer=optimizer,
-                    lr=COST_LR[optimizer],
-                    seed=seed,
-                    tokens=_tokens(steps, nproc, common),
-                    variant=_arm(optimizer, variant),
-                    **common,
-                )
-                for seed in seeds
-                for optimizer, variant in arms
-            ]
-    return runs
+def _cost_run(method: str, nproc: int, optimizer: str, variant: dict, seed: int, steps: int, common: dict):
+    return RunConfig(
+        method=method,
+        nproc=nproc,
+        optimizer=optimizer,
+        lr=COST_LR[optimizer],
+        seed=seed,
+        tokens=_tokens(steps, nproc, common),
+        variant=_arm(optimizer, variant),
+        **common,
+    )
+
+
+def mechanism_runs(common: dict) -> list[RunConfig]:
+    """The bytes cards' arms once, BYTES_STEPS steps each (BYTES_ARMS), then the whole-step card's arms (TIME_ARMS,
+    DDP at TIME_WORLD) over TIME_SEEDS, seed by seed (every arm once, then again), TIME_STEPS steps each."""
+    runs = [
+        _cost_run(method, nproc, optimizer, variant, 0, BYTES_STEPS, common)
+        for method, sizes, arms in BYTES_ARMS
+        for nproc in sizes
+        for optimizer, variant in arms
+    ]
+    return runs + [
+        _cost_run("ddp", TIME_WORLD, optimizer, variant, seed, TIME_STEPS, common)
+        for seed in TIME_SEEDS
+        for optimizer, variant in TIME_ARMS
+    ]
+
+
+def gpu_cost_runs(common: dict, steps: int, world: int) -> list[RunConfig]:
+    """Every DDP arm (GPU_DDP_ARMS) over TIME_SEEDS, seed by seed, and every FSDP2 arm once, at `world`."""
+    runs = [
+        _cost_run("ddp", world, optimizer, variant, seed, steps, common)
+        for seed in TIME_SEEDS
+        for optimizer, variant in GPU_DDP_ARMS
+    ]
+    return runs + [_cost_run("fsdp", world, o, v, 0, steps, common) for o, v in GPU_FSDP_ARMS]
+
+
+def _steps(cfg: RunConfig) -> int:
+    return cfg.tokens // (cfg.nproc * cfg.micro_batch * cfg.seq_len)
+
+
+def smoke_wall_s(runs: list[RunConfig]) -> float:
+    """Estimated wall seconds of the smoke preset on 2 quiet cores (SMOKE_COSTS, QUALITY_COSTS; not measured)."""
+    items = []
+    for cfg in runs:
+        steps = _steps(cfg)
+        if cfg.reproduction == SWEEP:
+            base = QUALITY_COSTS[(cfg.optimizer, cfg.variant.get("rank_fraction"))]
+            cost = StepCost(base.step_s, base.eval_s, metered_s=SWEEP_METERED_S)
+        else:
+            cost = SMOKE_COSTS[(cfg.method, cfg.nproc, cfg.optimizer, cfg.variant.get("rank_fraction"))]
+        evals = max(steps // cfg.eval_every, 1)  # a run that ends between evaluations closes with one
+        # the meters' steps (suite/meters/schedule.py; DDP and FSDP2 have period 1): FLOPs on one, memory and
+        # collectives on another
+        metered = len({cfg.flop_step, cfg.mem_step, cfg.comm_step} & set(range(steps)))
+        items.append((cost, steps, evals, metered))
+    launches = len({cfg.nproc for cfg in runs})
+    return SMOKE_FIXED_S + estimated_wall_s(items, launch_s=SMOKE_LAUNCH_S, launches=launches)
 
 
 def micro_items(device: str = "cpu", sizes: tuple[int, ...] = SIZES) -> list[Microbench]:
@@ -191,7 +293,7 @@ def _gpu() -> tuple[list[RunConfig], list[Microbench]]:
         raise ValueError("the dion gpu preset needs a CUDA device; use --preset smoke on CPU")
     common = {**GPU, "nproc": gpus}
     quality = quality_runs(common, GPU_STEPS, QUALITY_SEEDS)
-    return [*quality, *mechanism_runs(GPU, 20, worlds=(gpus,))], micro_items("cuda", (1024, 2048, 4096, 8192))
+    return [*quality, *gpu_cost_runs(GPU, GPU_COST_STEPS, gpus)], micro_items("cuda", (1024, 2048, 4096, 8192))
 
 
 def _target() -> list[RunConfig]:
@@ -218,9 +320,10 @@ def _target() -> list[RunConfig]:
 def plan(preset: str) -> Plan:
     notes = []
     if preset == "smoke":
-        runs = [*mechanism_runs(MECH, MECH_STEPS), *quality_runs(QUALITY, QUALITY_STEPS, QUALITY_SEEDS)]
+        runs = [*mechanism_runs(MECH), *sweep_runs(QUALITY, QUALITY_STEPS)]
         micro = micro_items()
         notes.append("CPU timings: the GPU wall-clock claims are not testable here (--preset gpu)")
+        notes.append(f"estimated wall time {smoke_wall_s(runs) / 60:.1f} minutes on 2 quiet cores (not measured)")
     elif preset == "quality":
         runs, micro = _long(), []
         notes.append(f"estimated wall time {quality_wall_s(runs) / 60:.0f} minutes on 2 quiet cores (not measured)")

@@ -6,16 +6,18 @@ schedule and micro-batch per rank, so an FL group steps on a global batch G / N 
 effect docs/sources.md#fl-fsdp names). Evaluation every 2F steps, right after an aggregation, so every group holds
 the averaged model when it is scored.
 
-Smoke (this machine, 4 gloo workers, llama-tiny on the embedded text): the quality arms (fsdp, hsdp 2 x 2,
-fl-fsdp 2 groups of 2, fl-hsdp 2 groups of 2 replicas) with FL_FSDP_SEEDS seeds (default 3) and
-FL_FSDP_STEPS steps (default 64); their seed-0 runs give tokens/s, bytes per tier and memory per rank;
-diloco and local-sgd with one seed; at world 6 (uneven shards) hsdp 2 x 3 and fl-fsdp 2 groups of 3 for
-bytes, with FSDP over 6 ranks estimated (a measured one would join the 4-rank FSDP seeds of the quality cards,
-which select by model and variant, not world size). Paper scale, estimated on fake tensors (`estimate`): the
+Smoke (this machine, 4 gloo workers, llama-tiny on the embedded text; estimated 3.6 minutes on 2 quiet cores, see
+smoke_wall_s): the four compared arms (fsdp, hsdp 2 x 2, fl-fsdp 2 groups of 2, fl-hsdp 2 groups of 2 replicas) on
+seed 0, SMOKE_STEPS steps (the meters' aggregation period, then two whole timed periods), one closing evaluation after
+an aggregation: tokens/s, bytes per tier and memory per rank, the smoke measurements the cards show beside their
+paper-scale values. Paper scale, estimated on fake tensors (`estimate`): the
 paper's four configurations of Llama 3.1 8B on 512 ranks (bf16 policy, 2,048-token blocks, micro-batch 2,
 F = 8: a whole period of 10 fake steps), each projected onto 128 nodes of 4 A100 (suite/sim), labelled
 simulated; projection.py re-prices those ledgers for other F (inter-group bytes fall as 1 / F,
-tests/test_fl_fsdp_method.py) and inter-node bandwidths.
+tests/test_fl_fsdp_method.py) and inter-node bandwidths. No card reads the smoke runs on seeds 1-2 (the quality cards
+read the quality preset's stdlib runs), diloco and local-sgd, or the world-6 runs (hsdp 2 x 3, fl-fsdp 2 groups of 3,
+FSDP over 6 estimated): issue 25 cut them (tests/test_card_commands.py checks that every smoke run is read by a card;
+tests/test_fl_fsdp_runs.py runs FL+FSDP with groups of 3 at world 6).
 Quality (CPU, not yet run; estimated 69 minutes on 2 quiet cores, see quality_wall_s): the four quality arms at 4
 ranks on the stdlib corpus, at two budgets a factor 2 apart (QUALITY_STEPS), FL_FSDP_SEEDS seeds (default 3), under
 the paper's schedule for every arm (QUALITY_SCHEDULE: 10% warm-up, then cosine over the budget) and the smoke
@@ -42,7 +44,16 @@ from suite.plans import Estimate, Plan, Schedule, StepCost, estimated_wall_s, lr
 F = 8  # the paper's configs
 SMOKE = dict(model="llama-tiny", device="cpu", seq_len=128, micro_batch=4, eval_batches=4, log_every=8)
 SMOKE_WORKERS = 4
-WIDE = 6  # a world size whose groups of 3 do not divide llama-tiny's 256-row tensors
+# the smoke runs: the meters' steps (FLOPs on step 0, memory and bytes over one aggregation period, steps 2-9), then
+# two whole timed periods (steps 16-31: throughput is taken over whole periods, suite/meters/clock.py)
+SMOKE_STEPS = 4 * F
+# Smoke preset's wall time on 2 quiet cores (smoke_wall_s; estimated, not measured): per step and per evaluation
+# QUALITY_COSTS; per metered step from the records' steps_s.metered (FSDP and HSDP over 2 steps, the FL methods over
+# 9, medians over seeds; load 5-17: an upper bound); the estimates' wall time (two side by side, 8B FL+FSDP and
+# FL+HSDP 72-73 s each, FSDP and HSDP 15-17 s), start-up and report, and one launch, from
+# results/fl-fsdp-smoke/plan-summary.txt
+SMOKE_METERED_S = {"fsdp": 1.5, "hsdp": 1.1, "fl-fsdp": 0.8, "fl-hsdp": 0.7}
+SMOKE_ESTIMATES_S, SMOKE_FIXED_S, SMOKE_LAUNCH_S = 93.4, 8.5, 25.0
 # Quality preset (issue 26): stdlib corpus (9.7M training tokens; the longer budget reads 384 x 2,048 = 0.79M, 0.08
 # epochs), two budgets a factor 2 apart (a card per budget), whole aggregation periods (multiples of 2F)
 QUALITY = {**SMOKE, "data": "stdlib"}
@@ -97,21 +108,20 @@ def _env(name: str, default: int) -> int:
 
 def _runs(common: dict, world: int, steps: int, plan: list[tuple[str, dict]], seeds) -> list[RunConfig]:
     tokens = steps * world * common["micro_batch"] * common["seq_len"]
+    common = {"eval_every": 2 * F, **common}
     return [
-        RunConfig(method=m, nproc=world, seed=s, variant=dict(v), tokens=tokens, eval_every=2 * F, **common)
+        RunConfig(method=m, nproc=world, seed=s, variant=dict(v), tokens=tokens, **common)
         for s in seeds
         for m, v in plan
     ]
 
 
 def _smoke() -> list[RunConfig]:
-    steps, seeds = _env("FL_FSDP_STEPS", 64), range(_env("FL_FSDP_SEEDS", 3))
-    wide = [("hsdp", {"shard": 3}), ("fl-fsdp", {"F": F, "G": 3})]
-    return [
-        *_runs(SMOKE, SMOKE_WORKERS, steps, arms(SMOKE_WORKERS, 2), seeds),
-        *_runs(SMOKE, SMOKE_WORKERS, steps, RELATIVES, [0]),
-        *_runs(SMOKE, WIDE, 2 * F + 2, wide, [0]),  # bytes and memory: the meters' steps, then whole periods
-    ]
+    """The four compared arms on seed 0, SMOKE_STEPS steps, one closing evaluation (after an aggregation; no card
+    reads a smoke loss); a longer run (FL_FSDP_STEPS) evaluates every 2F steps for its curve."""
+    steps = _env("FL_FSDP_STEPS", SMOKE_STEPS)
+    every = steps if steps <= SMOKE_STEPS else 2 * F
+    return _runs({**SMOKE, "eval_every": every}, SMOKE_WORKERS, steps, arms(SMOKE_WORKERS, 2), [0])
 
 
 def _quality() -> list[RunConfig]:
@@ -142,6 +152,22 @@ def quality_wall_s(runs: list[RunConfig]) -> float:
     return estimated_wall_s(items)
 
 
+def smoke_wall_s(runs: list[RunConfig], estimates: bool = True) -> float:
+    """Estimated wall seconds of the smoke preset on 2 quiet cores (QUALITY_COSTS, SMOKE_METERED_S and the plan
+    summary's estimates, start-up and launch; not measured)."""
+    items = []
+    for cfg in runs:
+        steps = cfg.tokens // (cfg.nproc * cfg.micro_batch * cfg.seq_len)
+        base = QUALITY_COSTS[cfg.method]
+        period = F if cfg.method.startswith("fl-") else 1
+        metered = len({0} | set(range(2, 2 + period)))  # FLOPs on step 0, memory and bytes over one period from 2
+        items.append(
+            (StepCost(base.step_s, base.eval_s, SMOKE_METERED_S[cfg.method]), steps, steps // cfg.eval_every, metered)
+        )
+    fixed = SMOKE_FIXED_S + (SMOKE_ESTIMATES_S if estimates else 0.0)
+    return fixed + estimated_wall_s(items, launch_s=SMOKE_LAUNCH_S, launches=len({c.nproc for c in runs}))
+
+
 def _gpu() -> list[RunConfig]:
     gpus = torch.cuda.device_count()
     if gpus < 4:
@@ -168,10 +194,7 @@ def _estimates() -> list[Estimate]:
         Estimate(RunConfig(method=m, variant=dict(v), **common), gpus_per_node=GPUS_PER_NODE, topologies=(TOPOLOGY,))
         for m, v in PAPER_ARMS
     ]
-    # FSDP over the 6 ranks of the measured world-6 runs: estimated (bytes equal a measurement, the estimator
-    # check), so that no measured FSDP run of another world size joins the 4-rank quality comparison
-    wide = Estimate(RunConfig(method="fsdp", nproc=WIDE, **{k: v for k, v in SMOKE.items() if k != "log_every"}))
-    return [*paper, wide]
+    return paper
 
 
 _PAPER_NOTE = (
@@ -195,8 +218,10 @@ def plan(preset: str) -> Plan:
         notes.append(
             "paper-scale ledgers are estimated (fake tensors) and projected (suite/sim): simulated, never a verdict"
         )
-    if preset in ("smoke", "quality") and _env("FL_FSDP_SEEDS", 3) < 3:
+    if preset == "quality" and _env("FL_FSDP_SEEDS", 3) < 3:
         notes.append(f"{_env('FL_FSDP_SEEDS', 3)} seed(s) per quality arm: the quality cards need 3 (FL_FSDP_SEEDS=3)")
+    if preset == "smoke":
+        notes.append(f"estimated wall time {smoke_wall_s(runs) / 60:.1f} minutes on 2 quiet cores (not measured)")
     if preset in ("quality", "tune"):
         notes.append(f"estimated wall time {quality_wall_s(runs) / 60:.0f} minutes on 2 quiet cores (not measured)")
     return Plan(

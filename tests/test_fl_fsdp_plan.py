@@ -1,0 +1,43 @@
+"""FL+FSDP's smoke plan (issue 25: every smoke plan under 10 minutes on 2 cores): the four compared arms once, at equal
+tokens, long enough for the meters' aggregation period and whole timed periods after it, evaluated after an
+aggregation; the paper-scale estimates the cards read; the estimated wall time in the plan's notes."""
+
+from __future__ import annotations
+
+from reproductions.fl_fsdp.plan import PAPER_ARMS, PAPER_WORKERS, SMOKE_STEPS, SMOKE_WORKERS, F, smoke_wall_s
+from suite.plans import load_plan
+
+
+def _steps(cfg) -> int:
+    return cfg.tokens // (cfg.nproc * cfg.micro_batch * cfg.seq_len)
+
+
+def test_smoke_runs_the_four_compared_arms_once_at_equal_tokens():
+    runs = load_plan("fl-fsdp", "smoke").runs
+    assert [(c.method, c.nproc, c.seed) for c in runs] == [
+        (m, SMOKE_WORKERS, 0) for m in ("fsdp", "hsdp", "fl-fsdp", "fl-hsdp")
+    ]
+    assert len({c.tokens for c in runs}) == 1 and {_steps(c) for c in runs} == {SMOKE_STEPS}
+
+
+def test_smoke_runs_meter_a_whole_period_time_whole_periods_and_evaluate_after_an_aggregation():
+    for cfg in load_plan("fl-fsdp", "smoke").runs:
+        steps = _steps(cfg)
+        metered_end = cfg.comm_step + F  # memory and bytes over one aggregation period (suite/meters/schedule.py)
+        first_whole = -(-metered_end // F) * F  # throughput over whole periods only (suite/meters/clock.py)
+        assert (steps - first_whole) // F >= 2
+        assert cfg.eval_every == steps and steps % F == 0  # one closing evaluation, right after an aggregation
+
+
+def test_smoke_estimates_the_paper_arms_the_cards_decide_on():
+    plan = load_plan("fl-fsdp", "smoke")
+    assert [(e.cfg.method, e.cfg.nproc, e.cfg.model) for e in plan.estimates] == [
+        (m, PAPER_WORKERS, "llama-8b") for m, _ in PAPER_ARMS
+    ]
+
+
+def test_the_smoke_plan_notes_its_estimated_wall_time_under_the_goal():
+    plan = load_plan("fl-fsdp", "smoke")
+    minutes = smoke_wall_s(plan.runs) / 60
+    assert f"estimated wall time {minutes:.1f} minutes on 2 quiet cores (not measured)" in plan.notes
+    assert minutes < 7.5
