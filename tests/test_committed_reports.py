@@ -24,11 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 REPORTS = sorted(p.name for p in (ROOT / "reports").iterdir() if p.is_dir())
 PAGES = (".html", ".json")  # what the report code writes; figures drawn elsewhere (.png) are left out
 # Pages known to be stale, each until its report is regenerated (then remove it here)
-KNOWN_STALE: set[str] = {
-    # the vision cards' statements say their smoke runs measure memory only (issue 25 item 15); the records must be
-    # regenerated anyway (BatchNorm statistics are now recomputed for DDP too), then this page with them
-    "sdp/reproductions/sdp-0f4e4c91.html",
-}
+KNOWN_STALE: set[str] = set()
 
 
 def first_difference(old: str, new: str) -> str:
