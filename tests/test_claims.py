@@ -610,7 +610,15 @@ def _check_reads(function) -> tuple[set[str], set[str], dict[str, str]]:
     import textwrap
 
     tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
-    loops = {n.target.id: n.iter for n in ast.walk(tree) if isinstance(n, (ast.comprehension, ast.For))}
+    # a check may take its estimate and run from a fixture of its own module: read those too
+    module = ast.parse(inspect.getsource(inspect.getmodule(function)))
+    params = set(inspect.signature(function).parameters)
+    tree.body += [n for n in module.body if isinstance(n, ast.FunctionDef) and n.name in params]
+    loops = {
+        n.target.id: n.iter
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.comprehension, ast.For)) and isinstance(n.target, ast.Name)
+    }
     calls, fields, fixed = set(), set(), {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
@@ -692,7 +700,7 @@ def test_every_estimator_check_runs_the_cards_compositions_and_judges_its_field(
             calls, fields, fixed = _check_reads(function)
             where = f"{path.parent.name}: {c.id} names {c.estimator_check}"
             assert {"estimate", "compare", "judging"} <= calls, f"{where}, which compares no estimate with a run"
-            assert "measure_beside" in calls or "run" in calls, f"{where}, which measures no run"
+            assert calls & {"measure_beside", "run", "launch_runs"}, f"{where}, which measures no run"
             field = c.metric["field"]
             assert field in fields, f"{where}, which judges {sorted(fields)}, not the card's {field}"
             assert judging(field, rows), f"{where}: suite.compare judges nothing of {field}"
