@@ -17,14 +17,16 @@ from suite.records import load_records, read_record, summary_row
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "results"
 # where two runs of one command may differ: when and where it ran, and how long it took
-# fields records gained after the committed ones were made (the corpus's identity, epochs seen, trajectory saves and
-# where a fine-tune starts): an older record
-# lacks them, which is no difference in its numbers
+# fields records gained after the committed ones were made (the corpus's identity, epochs seen, trajectory saves,
+# where a fine-tune starts, and the machine's load in estimate records): an older record lacks them, which is no
+# difference in its numbers
 ADDED_SINCE = (
     "data.corpus.",
     "totals.epochs",
     "settings.init_from",
     "settings.save_every",
+    "timing.load_average",
+    "timing.method",
 )
 PROVENANCE = {
     "run_id",
