@@ -43,6 +43,7 @@ from suite.protocols import Progress, from_args
 from suite.recorder import new_record, new_run_id
 from suite.records import RecordError, read_record, write_record
 from suite.strategy import Context, get_strategy
+from suite.timing import load_average
 
 
 def process_start() -> float:
@@ -102,7 +103,7 @@ class Worker:
     def __init__(self, cfg: RunConfig, store: dict | None = None) -> None:
         self.cfg = cfg
         self.started = time.time()
-        self.load_start = os.getloadavg()[0]
+        self.load_start = load_average()
         # before_s: since the process started, unless train() says when the process became free for this run
         self.timing: dict[str, float] = {
             "eval_s": 0.0,
@@ -607,7 +608,7 @@ class Worker:
             **self.timing,
             "steps_s": steps,
             "run_s": time.time() - self.started,
-            "load_average": [self.load_start, os.getloadavg()[0]],
+            "load_average": [self.load_start, load_average()],
             "method": "wall seconds on rank 0 of this attempt: before_s in the worker process before the run "
             "(start-up and imports, or the hand-over from the previous run of a multi-run worker), setup_s "
             "(process groups, data, model, optimizer, meters), steps_s (timed, metered off the clock, warm-up), "
