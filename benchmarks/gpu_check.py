@@ -246,23 +246,26 @@ def torch_constraint(folder: Path) -> str:
     return str(path)
 
 
-def execute(plan: list[Step], results: Path, budget_s: float) -> list[Step]:
-    """Run each step's commands within its share; the install first, the plans built after it."""
+def execute(plan: list[Step], results: Path, budget_s: float, carry_s: float = 0.0) -> float:
+    """Run each step's commands within its share plus what the steps before it left unspent (a skipped step's
+    whole share: on one GPU the multi-GPU presets' minutes go to the steps after them); returns what is left."""
     logs = results / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + budget_s
     for step in plan:
         if step.skipped:
+            carry_s += step.share_s
             continue
-        spent = 0.0
+        share, spent = step.share_s + carry_s, 0.0
         for cmd in step.commands:
-            left = min(step.share_s - spent, deadline - time.monotonic())
+            left = min(share - spent, deadline - time.monotonic())
             if left < 5:
                 cmd.status = "not run (the step's share of the budget was spent)"
                 continue
             run_one(cmd, min(cmd.limit_s, left), logs, results)
             spent += cmd.seconds
-    return plan
+        carry_s = max(0.0, share - spent)
+    return carry_s
 
 
 def summary(plan: list[Step], results: Path, dry_run: bool) -> dict:
@@ -334,15 +337,16 @@ def main(argv: list[str] | None = None) -> int:
     results.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
-        done: list[Step] = []
-        if not args.no_install:
-            install = Step("install", [install_command()], SHARES["install"])
-            install.commands[0].argv = [
-                a.replace("{torch_constraint}", torch_constraint(Path(tmp))) for a in install.commands[0].argv
-            ]
-            done += execute([install], results, args.budget)
+        install = Step(
+            "install", [install_command()], SHARES["install"], skipped="--no-install" if args.no_install else None
+        )
+        install.commands[0].argv = [
+            a.replace("{torch_constraint}", torch_constraint(Path(tmp))) for a in install.commands[0].argv
+        ]
+        carry = execute([install], results, args.budget)
         rest = [s for s in steps(args.results, install=False) if s.name != "install"]
-        done += execute(rest, results, args.budget - (time.monotonic() - start))
+        execute(rest, results, args.budget - (time.monotonic() - start), carry)
+        done = [install, *rest]
     report = summary(done, results, dry_run=False)
     (results / "summary.json").write_text(json.dumps(report, indent=1) + "\n")
     (results / "summary.md").write_text(markdown(report))

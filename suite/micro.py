@@ -39,6 +39,9 @@ class Microbench:
     warmup: int = 1
     repeat: int = 5
     provenance: str = "measured"  # or "counted": the item's numbers are exact counts, not measurements
+    # one call per shape, its result the row: an item that runs an outside profiler (Nsight Compute) would run it
+    # again for each timed, FLOP-counting and memory call, and those meters would read the profiler's parent only
+    once: bool = False
 
 
 def resolve(function: str) -> Callable:
@@ -87,6 +90,19 @@ def _peak_bytes(work: Callable, device: torch.device) -> tuple[int, int | None]:
 def measure_shape(item: Microbench, shape: dict) -> dict:
     device = torch.device(item.device)
     work = resolve(item.function)(device=device, **shape)
+    if item.once:
+        start = time.perf_counter()
+        extra = work()
+        took = time.perf_counter() - start
+        return {
+            "shape": shape,
+            "time_s_median": took,
+            "time_s": [took],
+            "flops": 0,
+            "peak_bytes": None,
+            "rss_peak_bytes": None,
+            "extra": extra if isinstance(extra, dict) else {},
+        }
     times = _timed(work, device, item.warmup, item.repeat)
     with FlopMeter() as flops:
         extra = work()
@@ -143,7 +159,10 @@ def micro_record(item: Microbench, reproduction: str, command: str, results: str
                 "warmup": item.warmup,
                 "repeat": item.repeat,
                 "rows": rows,
-                "method": f"median of {item.repeat} timed calls after {item.warmup} warm-up; FLOPs by "
+                "method": "one call per shape, its result the row (the item runs an outside profiler); wall "
+                "seconds of that call, no FLOP or memory meters"
+                if item.once
+                else f"median of {item.repeat} timed calls after {item.warmup} warm-up; FLOPs by "
                 "FlopCounterMode and memory on separate calls, off the clock",
             },
         }

@@ -177,6 +177,38 @@ def test_ncu_command_runs_the_kernel_and_its_csv_is_summed():
         ncu.parse("==ERR== permission denied")
 
 
+def test_backends_are_probed_in_the_dtype_given(monkeypatch):
+    seen = []
+    real = F.scaled_dot_product_attention
+    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda q, *a, **k: seen.append(q.dtype) or real(q, *a, **k))
+    assert "math" in available_backends("cpu", "bfloat16")
+    assert set(seen) == {torch.bfloat16}
+
+
+CALLS: list[int] = []
+
+
+def counted_calls(device, n):
+    """A stand-in for an item that runs an outside profiler: it counts how often it is called."""
+
+    def run() -> dict:
+        CALLS.append(n)
+        return {"calls": len(CALLS)}
+
+    return run
+
+
+def test_an_item_run_once_calls_its_function_once_per_shape_and_keeps_that_result():
+    # the DRAM item runs Nsight Compute: timed, FLOP and memory calls would profile the same kernels three times
+    item = Microbench("once", f"{__name__}:counted_calls", [dict(n=1), dict(n=2)], warmup=3, repeat=5, once=True)
+    CALLS.clear()
+    rows = micro_record(item, "flash-io", "test", "unused")["micro"]["rows"]
+    assert CALLS == [1, 2] and [r["extra"]["calls"] for r in rows] == [1, 2]
+    assert all(len(r["time_s"]) == 1 and r["peak_bytes"] is None for r in rows)
+    plan_item = next(i for i in load_plan("flash-io", "smoke").micro if i.name == "matmul")
+    assert not plan_item.once  # a timed item keeps its warm-up, repeats and meters
+
+
 def test_pair_names_declared_methods():
     (pair,) = REPRODUCTION.pairs
     assert (pair.method.method, pair.baseline.method) == ("sdpa-flash", "sdpa-math")
@@ -188,10 +220,17 @@ def test_gpu_preset_holds_the_papers_configuration(monkeypatch):
     flash_plan = importlib.import_module("reproductions.flash_io.plan")  # the package's `plan` is the function
 
     monkeypatch.setattr(flash_plan.torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(flash_plan, "available_backends", lambda device: ["math", "flash", "efficient", "cudnn"])
+    probed = []
+    monkeypatch.setattr(
+        flash_plan,
+        "available_backends",
+        lambda device, dtype="float32": probed.append(dtype) or ["math", "flash", "efficient", "cudnn"],
+    )
     plan = load_plan("flash-io", "gpu")
     items = {item.name: item for item in plan.micro}
-    assert all(r.device == "cuda" for r in plan.runs)
+    # probed in float16 (in float32 CUDA has no flash kernel, and the H200 check lost the flash rows so)
+    assert probed == ["float16"]
+    assert all(r.device == "cuda" and r.precision == "bf16" for r in plan.runs)
     for name in ("sdpa-gpt2", "profile-gpt2", "dram-gpt2"):
         assert items[name].device == "cuda"
         assert {s["backend"] for s in items[name].shapes} == {"math", "flash", "efficient", "cudnn"}
@@ -207,7 +246,7 @@ def test_every_tiled_shape_of_the_plan_fits_its_sram(preset, monkeypatch):
     114,880 elements at GPT-2's shape against M = 49,152)."""
     flash_plan = importlib.import_module("reproductions.flash_io.plan")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(flash_plan, "available_backends", lambda device: ["math", "flash"])
+    monkeypatch.setattr(flash_plan, "available_backends", lambda device, dtype="float32": ["math", "flash"])
     items = [i for i in flash_plan.plan(preset).micro if i.function.endswith((":io", ":exactness"))]
     shapes = [s for i in items for s in i.shapes]
     assert len(shapes) >= 25

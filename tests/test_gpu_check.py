@@ -109,10 +109,10 @@ def test_a_command_out_of_time_is_stopped_and_the_check_goes_on(tmp_path):
     quick = gpu_check.Command("a", [sys.executable, "-c", "print('done')"], limit_s=30)
     failing = gpu_check.Command("b", [sys.executable, "-c", "raise SystemExit(3)"], limit_s=30)
     plan = [gpu_check.Step("a", [slow, quick], share_s=60), gpu_check.Step("b", [failing], share_s=60)]
-    done = gpu_check.execute(plan, tmp_path, budget_s=120)
+    gpu_check.execute(plan, tmp_path, budget_s=120)
     assert slow.status.startswith("timed out") and slow.seconds < 20
     assert quick.status == "ok" and failing.status == "failed (status 3)"
-    report = gpu_check.summary(done, tmp_path, dry_run=False)
+    report = gpu_check.summary(plan, tmp_path, dry_run=False)
     assert [c["status"] for s in report["steps"] for c in s["commands"]] == [slow.status, "ok", "failed (status 3)"]
     assert "timed out" in gpu_check.markdown(report)
     assert (tmp_path / "logs").is_dir() and any("done" in p.read_text() for p in (tmp_path / "logs").iterdir())
@@ -123,6 +123,17 @@ def test_a_step_whose_share_is_spent_lists_the_rest_as_not_run(tmp_path):
     second = gpu_check.Command("a", [sys.executable, "-c", "pass"], limit_s=30)
     gpu_check.execute([gpu_check.Step("a", [first, second], share_s=7)], tmp_path, budget_s=60)
     assert first.status == "ok" and second.status.startswith("not run")
+
+
+def test_a_skipped_step_and_unspent_seconds_go_to_the_steps_after_them(tmp_path):
+    # on one GPU the multi-GPU presets are skipped: their shares must not be lost to the steps that can run
+    skipped = gpu_check.Step("sdp", [], share_s=6, skipped="needs 2 GPUs")
+    quick = gpu_check.Step("a", [gpu_check.Command("a", [sys.executable, "-c", "pass"], limit_s=30)], share_s=3)
+    sleeper = gpu_check.Command("b", [sys.executable, "-c", "import time; time.sleep(60)"], limit_s=30)
+    left = gpu_check.execute([skipped, quick, gpu_check.Step("b", [sleeper], share_s=1)], tmp_path, budget_s=60)
+    # alone, step b's 1 s share would not start it; with 6 + 3 s carried it runs until they are spent
+    assert sleeper.status.startswith("timed out after") and 5 < float(sleeper.status.split()[3]) <= 10
+    assert left == 0.0
 
 
 def test_dry_run_prints_every_command_with_its_limit(capsys, monkeypatch):

@@ -38,11 +38,12 @@ def attention_flops(batch: int, heads: int, n: int, d: int, *, causal: bool, bac
     return forward + (forward * 5 // 2 if backward else 0)
 
 
-def available_backends(device: torch.device | str) -> list[str]:
-    """The SDPA backends that run a tiny causal forward + backward on `device`, in BACKENDS order."""
+def available_backends(device: torch.device | str, dtype: str = "float32") -> list[str]:
+    """The SDPA backends that run a tiny causal forward + backward on `device` in `dtype`, in BACKENDS order
+    (probed in the dtype the items use: on CUDA the flash and cuDNN kernels take float16 and bfloat16 only)."""
     found = []
     for name, backend in BACKENDS.items():
-        q = torch.randn(1, 1, 8, 8, device=device, requires_grad=True)
+        q = torch.randn(1, 1, 8, 8, device=device, dtype=getattr(torch, dtype), requires_grad=True)
         try:
             with sdpa_kernel(backend):
                 F.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()

@@ -107,16 +107,17 @@ def _smoke() -> tuple[list[RunConfig], list[Microbench]]:
 def _gpu() -> tuple[list[RunConfig], list[Microbench]]:
     if not torch.cuda.is_available():
         raise ValueError("the flash-io gpu preset needs a CUDA device; use --preset smoke on this machine")
-    backends = available_backends("cuda")
+    backends = available_backends("cuda", "float16")
     profiled = [dict(**PAPER_SHAPE, batch=PAPER_BATCH, heads=PAPER_HEADS, causal=True, backend=b) for b in backends]
     micro = [
         *_io_items(),
         *_sdpa_items("cuda", backends, "float16", (8, PAPER_HEADS), PAPER_BATCH),
         Microbench("profile-gpt2", f"{MICRO}:profiled", profiled, device="cuda", warmup=1, repeat=1),
-        Microbench("dram-gpt2", f"{MICRO}:dram_bytes", profiled, device="cuda", warmup=0, repeat=1),
+        Microbench("dram-gpt2", f"{MICRO}:dram_bytes", profiled, device="cuda", warmup=0, repeat=1, once=True),
         Microbench("matmul", f"{MICRO}:matmul", [dict(n=8192, dtype="float16")], device="cuda", warmup=2, repeat=10),
     ]
-    runs = [RunConfig(**{**cfg.__dict__, "device": "cuda"}) for cfg in _train_runs()]
+    # bf16 autocast: on CUDA the flash kernel takes half precision only (the math backend runs the same casts)
+    runs = [RunConfig(**{**cfg.__dict__, "device": "cuda", "precision": "bf16"}) for cfg in _train_runs()]
     return runs, micro
 
 
