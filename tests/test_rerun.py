@@ -42,6 +42,7 @@ PROVENANCE = {
     "env.git_dirty",
     "env.torch",
 }
+CONDITIONS = ("timing.load_average",)  # the machine's load while it ran: what it ran under, not what it measured
 
 
 def _committed(**wanted) -> dict:
@@ -66,7 +67,9 @@ def differences(before: dict, after: dict) -> list[tuple[str, object, object]]:
     return [
         (k, a.get(k, missing), b.get(k, missing))
         for k in sorted((a.keys() | b.keys()) - PROVENANCE)
-        if a.get(k, missing) != b.get(k, missing) and not (k not in a and k.startswith(ADDED_SINCE))
+        if a.get(k, missing) != b.get(k, missing)
+        and not (k not in a and k.startswith(ADDED_SINCE))
+        and not k.startswith(CONDITIONS)
     ]
 
 
