@@ -429,7 +429,8 @@ def _estimate_parser(sub) -> None:
         "--ranks",
         choices=("auto", "all"),
         default="auto",
-        help="auto: rank 0 stands for all when sampled ranks match it; all: every rank",
+        help="auto: rank 0 stands for all when sampled ranks match it, else one rank per class, one more checked; "
+        "all: every rank",
     )
     p.add_argument(
         "--measure",

@@ -9,6 +9,7 @@ import torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 import suite.estimate
+import suite.estimate.rank
 from suite import models
 from suite.cli import main
 from suite.compare import compare, format_comparison
@@ -124,10 +125,10 @@ def test_bf16_halves_gathers_and_checkpointing_recomputes(estimates):
     assert mixed["memory"]["per_rank"][0]["activations"] < fp32["memory"]["per_rank"][0]["activations"]
 
 
-def test_ranks_holding_different_blocks_are_each_estimated(estimates):
+def test_ranks_holding_different_blocks_of_one_size_are_one_class(estimates):
     rec = estimates("b-sdp", 2, variant={"C": 0.5})
-    assert rec["estimate"]["symmetry"] is None
-    assert rec["estimate"]["estimated_ranks"] == [0, 1]
+    assert "(classes {0,1})" in rec["estimate"]["symmetry"]
+    assert rec["estimate"]["estimated_ranks"] == [0, 1] and rec["estimate"]["checked_ranks"] == [1]
     assert [m["rank"] for m in rec["memory"]["per_rank"]] == [0, 1]
     full = 4 * sum(math.prod(s) for s in tiny_shapes())
     assert all(m["params"] < full for m in rec["memory"]["per_rank"])
@@ -135,11 +136,42 @@ def test_ranks_holding_different_blocks_are_each_estimated(estimates):
     assert rec["totals"]["flops"] == rec["totals"]["steps"] * (flops["0"] + flops["1"])
 
 
+def same_numbers(a: dict, b: dict) -> None:
+    """Every rank's memory, collectives (ops, groups, counts, bytes) and FLOPs alike in two records."""
+    assert a["memory"] == b["memory"] and a["comm"] == b["comm"] and a["totals"] == b["totals"]
+    for key in ("flops_per_rank_step", "hardware_flops_per_rank_step"):
+        assert a["estimate"][key] == b["estimate"][key]
+
+
+def test_a_class_estimate_gives_every_rank_its_all_ranks_numbers(estimates):
+    """b-sdp on 4 ranks, each holding 2 of 4 blocks in 2 holder groups of its own: one class, rank 0 stepped for
+    it and rank 1 checked; ranks 2 and 3 take rank 0's numbers under their own group names."""
+    cfg = RunConfig(method="b-sdp", model="llama-tiny", nproc=4, variant={"C": 0.5}, **SMALL)
+    by_class, every = estimates("b-sdp", 4, variant={"C": 0.5}), estimate(cfg, ranks="all", processes=1)
+    assert by_class["estimate"]["estimated_ranks"] == [0, 1] and by_class["estimate"]["checked_ranks"] == [1]
+    assert every["estimate"]["estimated_ranks"] == [0, 1, 2, 3]
+    assert {o["group"] for o in by_class["comm"]["per_rank"][3]["ops"]} >= {"holders{0,3}", "holders{2,3}"}
+    same_numbers(by_class, every)
+
+
+def test_a_class_whose_check_fails_steps_every_rank(estimates, monkeypatch):
+    """A wrong class (ranks 0 and 2 of b-sdp on 3 ranks are put together, though rank 2 sits in one more holder
+    group) is caught by its check, and every rank is stepped."""
+    real = suite.estimate.rank.layout
+    monkeypatch.setattr(suite.estimate.rank, "layout", lambda w: ("wrong", w.rank % 2) if w.rank != 1 else real(w))
+    cfg = RunConfig(method="b-sdp", model="llama-tiny", nproc=3, variant={"C": 0.5}, **SMALL)
+    caught = estimate(cfg)
+    assert caught["estimate"]["symmetry"] is None and caught["estimate"]["estimated_ranks"] == [0, 1, 2]
+    monkeypatch.undo()
+    same_numbers(caught, estimate(cfg, ranks="all", processes=1))
+
+
 @pytest.mark.slow
-def test_ranks_stepped_in_parallel_processes_give_the_sequential_numbers(estimates, monkeypatch):
-    parallel = estimates("b-sdp", 3, variant={"C": 0.5})
+def test_ranks_stepped_in_parallel_processes_give_the_sequential_numbers(monkeypatch):
+    cfg = RunConfig(method="b-sdp", model="llama-tiny", nproc=3, variant={"C": 0.5}, **SMALL)
+    parallel = estimate(cfg, ranks="all", processes=2)
     monkeypatch.setattr(suite.estimate.os, "cpu_count", lambda: 1)
-    sequential = estimate(RunConfig(method="b-sdp", model="llama-tiny", nproc=3, variant={"C": 0.5}, **SMALL))
+    sequential = estimate(cfg, ranks="all")
     assert parallel["estimate"]["estimated_ranks"] == [0, 1, 2]
     for key in ("memory", "comm", "totals"):
         assert parallel[key] == sequential[key]

@@ -2,12 +2,13 @@
 
 `estimate(cfg)` runs the suite's own Worker, strategy and meters for each estimated rank in this one
 process, on fake tensors and torch's fake process group (suite/estimate/fake.py), so no method needs
-code of its own here. Ranks whose local tensors and groups match rank 0's (their signature) are not
-stepped: rank 0 stands for them, and the record says which ranks were checked. A checked rank that differs
-is stepped as soon as it is built, and only the ranks not yet stepped are built afterwards: each rank is
-built once (a rank's numbers depend only on its own build and steps, not on what this process ran before,
-as the sequential `processes=1` path already relies on). The result is a run
-record with provenance `estimated`.
+code of its own here. Ranks whose local tensors and groups match rank 0's (their signature, names included)
+are not stepped: rank 0 stands for them, and the record says which ranks were checked. Where a sampled rank
+differs (SDP's ranks hold different blocks), the ranks are classed on what their numbers depend on, names
+aside (suite/estimate/classes.py): one rank per class is stepped for it and one more checked in full. Each
+rank is stepped as soon as it is built where it needs its steps, never built twice but where a check fails (a
+rank's numbers depend only on its own build and steps, not on what this process ran before, as the sequential
+`processes=1` path already relies on). The result is a run record with provenance `estimated`.
 """
 
 from __future__ import annotations
@@ -15,13 +16,16 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 from typing import Literal
 
 from suite.config import RunConfig
+from suite.estimate.classes import RankClasses
 from suite.estimate.rank import RankEstimate, estimate_rank
-from suite.estimate.record import build_record
+from suite.estimate.record import build_record, kept
 from suite.recorder import new_run_id
 from suite.timing import load_average
 
@@ -47,8 +51,8 @@ def prepare(cfg: RunConfig) -> RunConfig:
 
 def _step_ranks(cfg: RunConfig, ranks: list[int], gpus_per_node: int, processes: int | None) -> list[RankEstimate]:
     """Estimate `ranks`, in up to `processes` parallel processes (default: one per core): each rank is
-    independent, and a method whose ranks differ (SDP) needs every one stepped, which takes minutes at paper
-    scale."""
+    independent, and stepping every rank (ranks="all", or a rank class whose check failed) takes minutes at
+    paper scale."""
     workers = min(len(ranks), processes or os.cpu_count() or 1)
     if workers < 2:
         return [estimate_rank(cfg, r, gpus_per_node) for r in ranks]
@@ -62,36 +66,66 @@ def estimate(
 ) -> dict:
     """The run record (provenance `estimated`) of `cfg` on `cfg.nproc` ranks, nodes of `gpus_per_node`.
 
-    ranks="auto" steps rank 0 and compares its signature with `sampled_ranks`'; if one differs, every
-    rank is stepped. ranks="all" steps every rank. `processes`: how many processes may step ranks at once
-    (default: one per core; 1 where estimates already run side by side, suite/reproduce.py).
+    ranks="auto" steps rank 0 and compares its signature with `sampled_ranks`'; if one differs, the ranks are
+    classed (suite/estimate/classes.py) and one rank per class is stepped, one more checked; if a check fails,
+    every rank is stepped. ranks="all" steps every rank. `processes`: how many processes may step ranks at once
+    where every rank is stepped (default: one per core; 1 where estimates already run side by side,
+    suite/reproduce.py).
     """
     if ranks not in RANK_POLICIES:
         raise ValueError(f"ranks must be one of {', '.join(RANK_POLICIES)}, got {ranks!r}")
     if gpus_per_node < 1:
         raise ValueError(f"--gpus-per-node must be at least 1, got {gpus_per_node}")
     cfg = prepare(cfg)
-    world = cfg.nproc
     start, load_start = time.perf_counter(), load_average()
-    first = estimate_rank(cfg, 0, gpus_per_node)
-    checked = sampled_ranks(world) if ranks == "auto" else []
-    others = [estimate_rank(cfg, r, gpus_per_node, unless=first.signature) for r in checked]
-    if ranks == "auto" and not any(o.stepped for o in others):
-        symmetry = (
-            f"ranks {', '.join(map(str, [0, *checked]))} have the same local tensors (names, storage "
-            f"bytes, dtypes) and groups (sizes, tiers); rank 0 stands for all {world}"
-        )
-        if any(o.numels != first.numels for o in others):
-            bound = all(n <= first.numels[k] for o in others for k, n in o.numels.items())
-            symmetry += "; some ranks use less of that storage (uneven shards), so their optimizer state " + (
-                "is smaller: rank 0's numbers are their upper bound" if bound else "differs"
-            )
-        estimated, stands_for = [first], dict.fromkeys(range(world), 0)
+    if ranks == "all":
+        first = estimate_rank(cfg, 0, gpus_per_node)
+        ests = {0: first, **{e.rank: e for e in _step_ranks(cfg, list(range(1, cfg.nproc)), gpus_per_node, processes)}}
+        listed, symmetry, checked = {r: e.results for r, e in ests.items()}, None, []
     else:
-        symmetry = None
-        done = {o.rank: o for o in others if o.stepped}
-        rest = _step_ranks(cfg, [r for r in range(1, world) if r not in done], gpus_per_node, processes)
-        estimated = sorted([first, *done.values(), *rest], key=lambda e: e.rank)
-        stands_for = {r: r for r in range(world)}
+        ests, listed, symmetry, checked = _auto(cfg, gpus_per_node, processes)
     wall_s = time.perf_counter() - start
-    return build_record(estimated, stands_for, symmetry, checked, gpus_per_node, wall_s, load_start)
+    estimated = sorted((e for e in ests.values() if e.stepped), key=lambda e: e.rank)
+    return build_record(estimated, listed, symmetry, checked, gpus_per_node, wall_s, load_start)
+
+
+def _auto(
+    cfg: RunConfig, gpus_per_node: int, processes: int | None
+) -> tuple[dict[int, RankEstimate], dict[int, dict], str | None, list[int]]:
+    """Rank 0 for all where the sampled ranks match it, names included; else one rank per class. Returns the
+    ranks built, the meter results of the ranks the record lists, the symmetry note and the checked ranks."""
+    world, classes = cfg.nproc, RankClasses()
+    first = estimate_rank(cfg, 0, gpus_per_node, classes.add)
+    sampled = sampled_ranks(world)
+    # a sampled rank unlike rank 0 is stepped as soon as it is built where its class needs it
+    ests = {0: first}
+    for r in sampled:
+        ests[r] = estimate_rank(cfg, r, gpus_per_node, lambda e: e.signature != first.signature and classes.add(e))
+    if all(ests[r].signature == first.signature for r in sampled):
+        return ests, {0: first.results}, _same_as_rank_0(first, [ests[r] for r in sampled], world), sampled
+    for r in range(1, world):
+        if r not in ests:
+            ests[r] = estimate_rank(cfg, r, gpus_per_node, classes.add)
+        elif r not in classes and classes.add(ests[r]):  # built as rank 0's equal, but its class needs its steps
+            ests[r] = estimate_rank(cfg, r, gpus_per_node)
+    if failed := classes.failed(ests, partial(kept, first)):
+        print(f"rank classes do not hold (ranks {failed} differ from their class): every rank stepped", file=sys.stderr)
+        rest = [r for r, e in ests.items() if not e.stepped]
+        ests.update({e.rank: e for e in _step_ranks(cfg, rest, gpus_per_node, processes)})
+        return ests, {r: ests[r].results for r in sorted(ests)}, None, sampled
+    return ests, classes.results(ests), classes.describe(), classes.checked()
+
+
+def _same_as_rank_0(first: RankEstimate, others: list[RankEstimate], world: int) -> str:
+    """The symmetry note of an estimate whose rank 0 stands for all."""
+    ranks = ", ".join(str(e.rank) for e in [first, *others])
+    symmetry = (
+        f"ranks {ranks} have the same local tensors (names, storage bytes, dtypes) and groups (sizes, tiers); "
+        f"rank 0 stands for all {world}"
+    )
+    if any(o.numels != first.numels for o in others):
+        bound = all(n <= first.numels[k] for o in others for k, n in o.numels.items())
+        symmetry += "; some ranks use less of that storage (uneven shards), so their optimizer state " + (
+            "is smaller: rank 0's numbers are their upper bound" if bound else "differs"
+        )
+    return symmetry

@@ -8,7 +8,7 @@ loss means, record gathering) are not run: they need peers.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -40,6 +40,8 @@ class RankEstimate:
     signature: tuple
     numels: dict
     record: dict
+    layout: tuple = ()  # the signature without names: what a rank class is decided on (suite/estimate/classes.py)
+    groups: list = field(default_factory=list)  # (process group's own name, label, size, tier) of each labelled one
     steps: int = 0
     results: dict = field(default_factory=dict)  # Metering.results(): each meter's local result
     meters: list = field(default_factory=list)  # the meters' types, to build the record's sections
@@ -70,20 +72,42 @@ def signature(worker: Worker) -> tuple:
     return tensors, groups
 
 
+def layout(worker: Worker) -> tuple:
+    """What a rank's memory and bytes depend on, names left out: each local tensor's storage bytes, elements and
+    dtype in the model's order, and the sizes and tiers of the labelled groups.
+
+    Ranks of equal layouts run the same ops on the same shapes in groups of the same sizes and tiers: SDP's ranks
+    hold different blocks (other names, other holder groups) of the same sizes. Elements as well as storage: the
+    last ranks of an uneven FSDP shard hold shorter views of a padded storage, and their optimizer state is
+    smaller.
+    """
+    model = worker.model
+    tensors = tuple(
+        (kind, local_tensor(t).untyped_storage().nbytes(), local_tensor(t).numel(), str(t.dtype))
+        for kind, named in (("param", model.named_parameters()), ("buffer", model.named_buffers()))
+        for _, t in named
+    )
+    groups = tuple(sorted((label.size, label.tier) for _, label in worker.ledger.labels()))
+    return tensors, groups
+
+
 def local_numels(worker: Worker) -> dict[str, int]:
     return {name: local_tensor(p).numel() for name, p in worker.model.named_parameters()}
 
 
-def estimate_rank(cfg: RunConfig, rank: int, gpus_per_node: int, unless: tuple | None = None) -> RankEstimate:
-    """Build rank `rank` of `cfg.nproc` on fake tensors and run its steps through the last metered one, unless
-    its signature equals `unless` (rank 0's, which then stands for it): a checked rank that differs from rank
-    0 is stepped while it is built, not built a second time to be stepped."""
+def estimate_rank(
+    cfg: RunConfig, rank: int, gpus_per_node: int, step: Callable[[RankEstimate], bool] | None = None
+) -> RankEstimate:
+    """Build rank `rank` of `cfg.nproc` on fake tensors and run its steps through the last metered one if
+    `step(built)` says so (default: always): whether a rank needs its own steps is known once it is built, and it
+    is stepped then, not built a second time to be stepped."""
     fakes = FakeTensors()
     with fake_world(rank, cfg.nproc, gpus_per_node):
         worker = FakeWorker(cfg, fakes)
         worker.build()
-        out = RankEstimate(rank, signature(worker), local_numels(worker), worker.record)
-        if out.signature != unless:
+        out = RankEstimate(rank, signature(worker), local_numels(worker), worker.record, layout(worker))
+        out.groups = [(name, label.name, label.size, label.tier) for name, label in worker.ledger.labels()]
+        if step is None or step(out):
             out.steps = worker.metering.last_step() + 1
             clock = StepClock(worker.device, 0, worker.strategy.comm_period)
             with fakes.active():

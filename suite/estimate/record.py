@@ -1,8 +1,9 @@
 """An estimate's run record: the record the Worker built, filled from the ranks' estimates.
 
-Ranks that were not stepped are represented by an estimated rank of the same signature (see
-`suite.estimate.rank.signature`); the record lists which ranks were estimated and why the others
-are taken to be equal.
+Ranks that were not stepped take the numbers of a stepped rank: rank 0's where every rank matches it (then the
+record lists rank 0 alone, for all), or their class's (suite/estimate/classes.py: every rank listed, under its
+own group names); the record lists which ranks were estimated and checked, and why the others are taken to be
+equal.
 """
 
 from __future__ import annotations
@@ -20,22 +21,23 @@ FAKE_DEVICE_NAME = "fake tensors (torch FakeTensorMode) on cpu, fake process gro
 
 def build_record(
     ranks: list[RankEstimate],
-    stands_for: dict[int, int],
+    results: dict[int, dict],
     symmetry: str | None,
     checked: list[int],
     gpus_per_node: int,
     wall_s: float,
     load_start: float,
 ) -> dict:
-    """The record of an estimate; `stands_for[r]` is the estimated rank whose numbers rank r takes;
-    `load_start`: the machine's load average when the estimate began (the record's `timing`, as a run's)."""
-    by_rank = {est.rank: est for est in ranks}
+    """The record of an estimate from its stepped `ranks` (rank 0 first); `results[r]`: the meter results the record
+    lists for rank r (rank 0's alone where it stands for every rank); `load_start`: the machine's load average when
+    the estimate began (the record's `timing`, as a run's)."""
     first = ranks[0]
     rec = copy.deepcopy(first.record)
     steps = first.steps
     tokens = steps * rec["parallel"]["global_batch_tokens"]
-    listed = sorted(by_rank) if symmetry else sorted(stands_for)
-    weight = {r: sum(1 for s in stands_for.values() if s == r) for r in listed} if symmetry else None
+    world = rec["parallel"]["world_size"]
+    weight = dict.fromkeys(results, 1) if len(results) == world else {0: world}
+    flops = {r: res.get("flops") or {"model": 0, "hardware": 0} for r, res in sorted(results.items())}
     rec.update(
         {
             "status": "complete",
@@ -53,19 +55,19 @@ def build_record(
             },
             "throughput": {"tokens_per_s": None, "samples_per_s": None, "step_s": None, "mfu": None},
             "estimate": {
-                "estimated_ranks": sorted(by_rank),
+                "estimated_ranks": [e.rank for e in ranks],
                 "checked_ranks": checked,
                 "symmetry": symmetry,
                 "steps": steps,
                 "gpus_per_node": gpus_per_node,
                 "wall_s": wall_s,
-                "flops_per_rank_step": {str(r): by_rank[r].flops["model"] for r in sorted(by_rank)},
-                "hardware_flops_per_rank_step": {str(r): by_rank[r].flops["hardware"] for r in sorted(by_rank)},
+                "flops_per_rank_step": {str(r): f["model"] for r, f in flops.items()},
+                "hardware_flops_per_rank_step": {str(r): f["hardware"] for r, f in flops.items()},
             },
         }
     )
     rec["timing"] = load_timing(load_start)
-    write_sections(first.meters, {r: by_rank[stands_for[r]].results for r in listed}, rec, weight)
+    write_sections(first.meters, results, rec, weight)
     rec["env"].update(
         {
             "backend": BACKEND,
@@ -75,6 +77,15 @@ def build_record(
             "gpus_per_node": gpus_per_node,
         }
     )
+    return rec
+
+
+def kept(first: RankEstimate, rank: int, results: dict) -> dict:
+    """What an estimate's record keeps of rank `rank`'s meter results (the sections its meters write: an estimate
+    drops what says nothing of the estimated rank, such as the estimating process's RSS)."""
+    rec = {**copy.deepcopy(first.record), "provenance": "estimated"}
+    rec["totals"] = {"steps": first.steps}
+    write_sections(first.meters, {rank: results}, rec)
     return rec
 
 

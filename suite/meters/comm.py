@@ -117,6 +117,10 @@ class CommLedger(TorchDispatchMode):
         self._labels[group.group_name] = label
         return label
 
+    def labels(self) -> list[tuple[str, GroupLabel]]:
+        """The labelled groups, in the order they were labelled: (the process group's own name, its label)."""
+        return list(self._labels.items())
+
     def _label(self, group_name: str) -> GroupLabel:
         if group_name not in self._labels:
             group = dist.distributed_c10d._resolve_process_group(group_name)
