@@ -18,7 +18,7 @@ REFERENCES = Path(__file__).with_name("references")
 
 
 def test_the_committed_fsdp_estimate_reruns_to_an_equal_record(tmp_path):
-    record = _committed(method="fsdp", model="llama-tiny", provenance="estimated")
+    record = _committed(method="fsdp", model="llama-1b", provenance="estimated")
     assert differences(record, _rerun(record, tmp_path)) == []
 
 
