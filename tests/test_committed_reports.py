@@ -6,11 +6,12 @@ from its rebuild is stale (its records, claims or the report code changed and no
 names the page and its first differing line. Files drawn by separate commands (reports/dion/step-time.png,
 reproductions/dion/figure.py) are not rebuilt here. reports/index.html, the index of every folder, is rebuilt
 from the committed folders (`python -m suite report --site reports`): each folder's summary.json, checked
-above, and the files it holds.
+above, and the files it holds. From it a reader reaches every page by links, none of them dead.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -93,6 +94,55 @@ def test_committed_site_index_rebuilds_and_links_every_page(tmp_path: Path) -> N
     }
     missing = pages - set(Page(committed).links) - {"index.html"}
     assert not missing, f"reports/index.html links none of {sorted(missing)[:5]} ({len(missing)} pages)"
+
+
+def _target(page: Path, link: str) -> tuple[Path, str] | None:
+    """The file and anchor a link of `page` leads to; None for another site's address or a data: image."""
+    if re.match(r"[a-z][a-z0-9+.-]*:", link):
+        return None
+    path, _, anchor = link.partition("#")
+    return ((page.parent / path).resolve() if path else page), anchor
+
+
+def crawl(index: Path) -> tuple[set[Path], list[str]]:
+    """The pages a reader reaches from `index` by following links, and each link that leads nowhere: to no file, or
+    to an anchor its page lacks."""
+    parsed: dict[Path, Page] = {}
+    todo, anchors, broken = [index.resolve()], [], []
+    while todo:
+        page = todo.pop()
+        parsed[page] = Page(page)
+        for link in parsed[page].links:
+            if (target := _target(page, link)) is None:
+                continue
+            path, anchor = target
+            if not path.is_file():
+                broken.append(f"{page.name}: {link}")
+            elif path.suffix == ".html" and path not in parsed and path not in todo:
+                todo.append(path)
+            if anchor and path.suffix == ".html" and path.is_file():
+                anchors.append((page, link, path, anchor))
+    broken += [f"{page.name}: {link}" for page, link, path, anchor in anchors if anchor not in parsed[path].ids]
+    return set(parsed), broken
+
+
+def test_every_committed_page_is_reached_from_the_site_index_and_no_link_leads_nowhere() -> None:
+    """A reader who opens reports/index.html reaches every page by links, and no link or anchor on the way is dead."""
+    reached, broken = crawl(ROOT / "reports" / "index.html")
+    pages = {p.resolve() for p in (ROOT / "reports").rglob("*.html")}
+    assert not pages - reached, f"no links lead to {sorted(str(p) for p in pages - reached)[:5]}"
+    assert not broken, f"{len(broken)} links lead nowhere, among them {broken[:5]}"
+
+
+def test_the_crawl_follows_links_and_names_a_dead_one(tmp_path: Path) -> None:
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "index.html").write_text('<a href="a.html#top">a</a> <a href="https://arxiv.org">paper</a>')
+    (tmp_path / "a.html").write_text('<h1 id="top"></h1><a href="runs/b.html#gone"></a><a href="c.html"></a>')
+    (tmp_path / "runs" / "b.html").write_text('<a href="../index.html"></a>')
+    (tmp_path / "lost.html").write_text("")
+    reached, broken = crawl(tmp_path / "index.html")
+    assert {p.name for p in reached} == {"index.html", "a.html", "b.html"}
+    assert broken == ["a.html: c.html", "a.html: runs/b.html#gone"]
 
 
 def test_first_difference_names_the_line() -> None:

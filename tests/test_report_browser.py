@@ -6,7 +6,8 @@ refused resources, failed images and alert() calls into attributes of <html>, wh
 prints once the page has loaded. It also measures every text of every figure as laid out: longer than
 40 characters, ending cut ("…"), reaching outside its figure or overlapping another text is a problem; a page
 wider than the window, a glance or numbers table wider than its column, or a glance row without its paper
-value, our value, direction, verdict and reason is one too.
+value, our value (where its verdict judged one), direction, verdict and reason is one too. Every committed page
+is probed so, run pages by a sample (the longest of each folder, kind of evidence and status).
 Screenshots of the index and of a reproduction page are written for a person to look at.
 """
 
@@ -91,11 +92,14 @@ PROBE = """<script>
       if (t.scrollWidth > t.parentElement.clientWidth + 1) wide.push(t.className + ": " + t.scrollWidth + " > " + t.parentElement.clientWidth);
     });
     root.setAttribute("data-wide", JSON.stringify(wide));
-    var bare = [];
+    var bare = [], decided = /^(reproduced|exceeded|fell short|matches the model|\\w+, no paper value)$/;
     Array.prototype.forEach.call(document.querySelectorAll("table.claims tbody tr"), function (r) {
       var cells = Array.prototype.map.call(r.cells, function (c) { return c.textContent.trim(); });
-      // paper, ours (a dash where nothing ran), better, verdict and why: each says something
-      if (cells.length !== 7 || cells.slice(2).some(function (c) { return !c; })) bare.push(cells.join(" | "));
+      // paper, ours (a dash where nothing ran), better, verdict and why: each says something; a verdict that
+      // judged a value shows it, and the reason is a phrase, not a word
+      if (cells.length !== 7 || cells.slice(2).some(function (c) { return !c; })) bare.push("empty: " + cells.join(" | "));
+      else if (decided.test(cells[5]) && !/\\d/.test(cells[3])) bare.push("no value of ours: " + cells.join(" | "));
+      else if (cells[6].split(/\\s+/).length < 3) bare.push("no reason: " + cells.join(" | "));
     });
     root.setAttribute("data-bare", JSON.stringify(bare));
     root.setAttribute("data-problems", JSON.stringify(problems));
@@ -130,9 +134,10 @@ def chromium(tmp: Path, *args: str, budget: bool = True) -> subprocess.Completed
 
 
 def probe(page: Path, tmp: Path, budget: bool = True) -> dict[str, str]:
-    """Load a probed copy of `page` (beside it, so its relative links still work) and read the probe's
-    attributes. Without the virtual time budget, the load time is the real one."""
-    copy = page.with_name(f"probed-{page.name}")
+    """Load a probed copy of `page` and read the probe's attributes. The copy is written under `tmp`, never beside a
+    committed page: a page loads nothing by path (its policy allows data: images only), so it reads the same there.
+    Without the virtual time budget, the load time is the real one."""
+    copy = tmp / f"probed-{page.name}"
     copy.write_text(page.read_text().replace("<head>", "<head>" + PROBE, 1))
     try:
         dom = chromium(tmp, "--dump-dom", copy.as_uri(), budget=budget).stdout
@@ -223,14 +228,43 @@ def test_the_sdp_page_is_small_fast_and_legible(sdp_site, tmp_path_factory):
     print(f"\nscreenshots of the report for a person to look at: {shots}")
 
 
-COMMITTED = sorted((Path(__file__).resolve().parents[1] / "reports").glob("*/reproductions/*.html"))
+REPORTS = Path(__file__).resolve().parents[1] / "reports"
 
 
-@pytest.mark.parametrize("page", COMMITTED, ids=[p.stem for p in COMMITTED])
-def test_no_committed_reproduction_page_is_wider_than_its_window(page: Path, tmp_path: Path) -> None:
-    """Every committed reproduction page (dion's among them, whose long source-status badges once widened it to
-    2,040 px) fits the 1,400 px window: no horizontal scrollbar."""
-    assert any("dion" in p.name for p in COMMITTED)
+def run_kind(page: Path) -> tuple[str, str, str]:
+    """A run page's folder, kind of evidence and status, as its first line says them."""
+    said = re.search(
+        r'<main>\s*<p><span class="badge badge-([a-z-]+)">.*?Status: <strong>(\w+)<', page.read_text(), re.S
+    )
+    return (page.parents[1].name, *(said.groups() if said else ("", "")))
+
+
+def committed_pages(root: Path) -> list[Path]:
+    """Every committed page but the run pages (the indexes, each reproduction's pages, io.html), and of the hundreds of
+    run pages the longest of each folder, kind of evidence and status: one template draws them all, and the longest
+    has the most rows and the longest values to fit."""
+    runs: dict[tuple[str, str, str], Path] = {}
+    for page in sorted(root.glob("*/runs/*.html")):
+        kind = run_kind(page)
+        if kind not in runs or page.stat().st_size > runs[kind].stat().st_size:
+            runs[kind] = page
+    return [p for p in sorted(root.rglob("*.html")) if p.parent.name != "runs"] + sorted(runs.values())
+
+
+COMMITTED = committed_pages(REPORTS)
+
+
+@pytest.mark.parametrize("page", COMMITTED, ids=[p.relative_to(REPORTS).as_posix() for p in COMMITTED])
+def test_no_committed_page_is_wider_than_its_window_and_every_glance_row_says_its_numbers_and_why(
+    page: Path, tmp_path: Path
+) -> None:
+    """Every kind of committed page (dion's among them, whose long source-status badges once widened it to 2,040 px)
+    fits the 1,400 px window: no horizontal scrollbar (a long table scrolls inside its own box; the glance and numbers
+    tables fit their column). Each glance row has the paper's value, ours where a verdict judged one, the direction,
+    the verdict and a reason."""
+    kinds = {p.name for p in COMMITTED} | {p.parent.name for p in COMMITTED}
+    assert {"index.html", "io.html", "reproductions", "runs"} <= kinds and (REPORTS / "index.html") in COMMITTED
     state = probe(page, tmp_path)
     assert state.get("probed") == "yes", state
-    assert json.loads(state["wide"]) == [], f"{page.name} is wider than the window"
+    assert json.loads(state["wide"]) == [], f"{page.name} is wider than the window, or its glance or numbers table"
+    assert json.loads(state["bare"]) == [], "glance rows without their numbers or reason"

@@ -24,8 +24,8 @@ from suite.errors import UsageError
 from suite.records import load_records
 from suite.report import figures, site
 from suite.report.figures import Chart
-from suite.report.pages import Reproduction, css_token, index_context, reproduction_context, run_context
-from suite.report.tables import Table
+from suite.report.pages import Reproduction, index_context, reproduction_context, run_context
+from suite.report.tables import Table, css_token, html
 from suite.verdicts import judge_all
 
 UNASSIGNED = "(no reproduction)"
@@ -41,6 +41,7 @@ def _templates() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters["css_token"] = css_token
+    env.globals["table_html"] = html
     script = env.loader.get_source(env, "sort.js")[0]
     digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
     env.globals["script"] = Markup(script)

@@ -15,6 +15,7 @@ import itertools
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 
 import matplotlib
 import numpy as np
@@ -135,6 +136,7 @@ def category_colour(name: str) -> str:
     return palette[sum(name.encode()) % len(palette)]
 
 
+@lru_cache(maxsize=1)  # asked once per part of every run page's memory figure
 def _part_colours() -> dict[str, tuple]:
     """One colour per memory part in every figure, whichever parts a figure draws."""
     return dict(zip(frames.MEMORY_PARTS, sns.color_palette("Set2", len(frames.MEMORY_PARTS))))

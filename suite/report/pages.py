@@ -17,7 +17,7 @@ from suite.report import arms as armlib
 from suite.report import figures, frames, glance, tables
 from suite.report.estimates import estimates_beside, unmeasured_table
 from suite.report.figures import Chart
-from suite.report.tables import Cell, Table, fmt_bytes, fmt_number
+from suite.report.tables import Cell, Table, css_token, fmt_bytes, fmt_number
 from suite.verdicts import EVIDENCE, PROJECTED_FIELDS, Verdict, claim_frame, evidence_label, origin
 
 
@@ -369,11 +369,6 @@ def origin_badge(text: str) -> tuple[str, str]:
 
 def _label(record: dict) -> str:
     return evidence_label(record["provenance"], record["env"]["device"])
-
-
-def css_token(text: str) -> str:
-    """A string reduced to [a-z0-9-], for class names and anchors."""
-    return "-".join("".join(ch if ch.isascii() and ch.isalnum() else " " for ch in text.lower()).split()) or "x"
 
 
 def run_context(record: dict, reproduction_href: str | None) -> dict:
