@@ -1,11 +1,12 @@
 """Expert parallelism on a mixture-of-experts LLaMA (suite.models.moe), applied from outside the model.
 
-Rank r of W holds experts [r E / W, (r + 1) E / W) of every block and a whole copy of everything else; each
+Rank r of W holds experts [floor(r E / W), floor((r + 1) E / W)) of every block (where W does not divide E,
+some ranks hold one expert more: 8 experts on 3 ranks are 2, 3, 3) and a whole copy of everything else; each
 rank reads its own rows of the global batch (the ranks are data replicas). In each block the router runs
 locally; the routed copies of the tokens, sorted by expert, go to the ranks holding their experts with one
-`all_to_all_single` of uneven splits (each rank first sends every other the number of rows per expert it will
-get, an even all_to_all of E integers), the experts run on what arrived, and a second all_to_all sends the
-outputs back. Their backward is the same two exchanges in reverse.
+`all_to_all_single` of uneven splits (each rank first sends every other the number of rows for each of that
+rank's experts, an all_to_all of E integers split by the ranks' expert counts), the experts run on what arrived,
+and a second all_to_all sends the outputs back. Their backward is the same two exchanges in reverse.
 
 Gradients: the non-expert parameters are replicated, so their gradients are all-reduced (one flat buffer) and
 averaged; an expert's gradient already sums the contributions of every rank's tokens, each rank's loss a mean
@@ -36,17 +37,22 @@ from suite.strategy import Context, Strategy
 
 
 def check_experts(model: str, world_size: int) -> None:
-    """A one-line error when the experts of `model` cannot be spread evenly over `world_size` ranks."""
+    """A one-line error when `model` has no experts, or fewer than `world_size` (a rank would hold none)."""
     cfg = models.model_config(model)
     if "n_experts" not in cfg:
         raise ValueError(
             f"expert parallelism spreads a mixture of experts; {model} has none: use --model llama-tiny-moe"
         )
-    if cfg["n_experts"] % world_size:
+    if cfg["n_experts"] < world_size:
         raise ValueError(
-            f"{model}'s {cfg['n_experts']} experts cannot be spread evenly over {world_size} ranks; "
-            f"use a --nproc that divides {cfg['n_experts']}"
+            f"{model}'s {cfg['n_experts']} experts cannot give each of {world_size} ranks one; "
+            f"use a --nproc of at most {cfg['n_experts']}"
         )
+
+
+def expert_counts(n_experts: int, world_size: int) -> list[int]:
+    """How many experts each rank holds: rank r the experts [floor(r E / W), floor((r + 1) E / W))."""
+    return [(r + 1) * n_experts // world_size - r * n_experts // world_size for r in range(world_size)]
 
 
 class AllToAllExperts:
@@ -55,17 +61,20 @@ class AllToAllExperts:
     `load` sums, while `counting`, the rows each local expert received from all ranks (the expert's load).
     """
 
-    def __init__(self, experts: nn.ModuleList, group: dist.ProcessGroup) -> None:
-        self.experts, self.group = experts, group
+    def __init__(self, experts: nn.ModuleList, held: list[int], group: dist.ProcessGroup) -> None:
+        self.experts, self.held, self.group = experts, held, group  # held[r]: how many experts rank r holds
         self.world = dist.get_world_size(group)
         self.load = torch.zeros(len(experts), dtype=torch.long)
         self.counting = False
 
     def __call__(self, rows: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-        send = counts.view(self.world, len(self.experts))  # [destination rank, its local expert]
-        recv = torch.empty_like(send)
-        dist.all_to_all_single(recv, send, group=self.group)  # [source rank, my local expert]
-        to_each, from_each = send.sum(1).tolist(), recv.sum(1).tolist()
+        local = len(self.experts)
+        recv = counts.new_empty(self.world * local)
+        # counts is ordered by expert, so rank r's experts are its r-th slice of held[r]
+        dist.all_to_all_single(recv, counts, [local] * self.world, self.held, group=self.group)
+        recv = recv.view(self.world, local)  # [source rank, my local expert]
+        to_each = torch.stack([c.sum() for c in counts.split(self.held)]).tolist()
+        from_each = recv.sum(1).tolist()
         arrived = _exchange(rows, from_each, to_each, self.group)
         # rows arrive grouped by source rank, then by expert: regroup them by expert alone for the matmuls
         expert_of = (
@@ -118,7 +127,8 @@ def dispatchers(model: nn.Module) -> list[AllToAllExperts]:
 
 
 class ExpertParallel(Strategy):
-    """E / W experts of each block per rank, everything else replicated; every rank a data replica."""
+    """E / W experts of each block per rank (rounded down or up where W does not divide E), everything else
+    replicated; every rank a data replica."""
 
     name = "ep"
 
@@ -136,11 +146,11 @@ class ExpertParallel(Strategy):
     def build(self, make_model: Callable[[], nn.Module], ctx: Context) -> nn.Module:
         model = make_model()  # every rank draws every weight, so the kept experts equal one process's
         self.total_params = models.num_params(model)
-        W, rank = ctx.world_size, ctx.rank
         for moe in (m for m in model.modules() if isinstance(m, MoE)):
-            per_rank = moe.n_experts // W
-            moe.experts = nn.ModuleList(moe.experts[rank * per_rank : (rank + 1) * per_rank])
-            moe.apply_experts = AllToAllExperts(moe.experts, self.group)
+            held = expert_counts(moe.n_experts, ctx.world_size)
+            first = sum(held[: ctx.rank])
+            moe.experts = nn.ModuleList(moe.experts[first : first + held[ctx.rank]])
+            moe.apply_experts = AllToAllExperts(moe.experts, held, self.group)
         if self.cfg.ac:
             apply_activation_checkpointing(model, recompute=lambda block: dispatchers(block)[0].recomputing())
         return model.to(ctx.device)
@@ -168,7 +178,7 @@ class ExpertParallel(Strategy):
         return {
             "strategy": self.name,
             "mesh": {"ep": ctx.world_size},
-            "experts_per_rank": cfg.n_experts // ctx.world_size,
+            "experts_per_rank": expert_counts(cfg.n_experts, ctx.world_size),
             "total_params": self.total_params,
             "active_params": active_params(cfg, self.total_params),
         }

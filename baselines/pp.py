@@ -151,6 +151,10 @@ class Pipeline(Strategy):
     """V stages per rank (V = 1 but for the interleaved schedule); every rank a part of the same data replica."""
 
     name = "pp"
+    not_estimable = (
+        "torch.distributed.pipelining infers each stage's shapes with a real send and receive at its first step, "
+        "which the fake process group refuses; measure it instead (python -m suite run)"
+    )
     params = {
         "schedule": Param(str, "gpipe", "pipeline schedule (interleaved: 2 stages per rank)", choices=tuple(SCHEDULES)),
         "microbatches": Param(

@@ -444,7 +444,7 @@ def _estimate_parser(sub) -> None:
 
 def cmd_estimate(args: argparse.Namespace, argv: list[str]) -> int:
     from suite.compare import compare, format_comparison
-    from suite.estimate import estimate
+    from suite.estimate import check_estimable, estimate
     from suite.estimate.compare import measure_beside
     from suite.estimate.record import format_estimate
     from suite.records import write_record
@@ -455,6 +455,10 @@ def cmd_estimate(args: argparse.Namespace, argv: list[str]) -> int:
             f"--world-size and --gpus-per-node must be at least 1, got {cfg.nproc} and {args.gpus_per_node}"
         )
     check_config(cfg, machine=False)  # fake tensors: any world size and model fit
+    try:
+        check_estimable(cfg.method)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
     if args.measure:
         check_config(dataclasses.replace(cfg, device=args.measure_device))
     rec = estimate(cfg, args.gpus_per_node, args.ranks)

@@ -69,6 +69,8 @@ class Strategy(ABC):
     comm_period: int = 1
     # the --precision modes the method implements; any other is refused before launch
     precisions: tuple[str, ...] = ("fp32", "bf16")
+    # why `estimate` cannot run the method's step on fake tensors and the fake process group ("": it can)
+    not_estimable: str = ""
 
     def __init__(self, cfg: RunConfig, variant: dict | None = None) -> None:
         if cfg.precision not in self.precisions:

@@ -1,5 +1,6 @@
 """Estimates on fake tensors and the fake process group: records, analytic bytes and memory, symmetry,
-composition, errors; and (slow) the estimate beside a measured gloo run of the same steps.
+composition, errors (a pipeline cannot be estimated); and (slow) the estimate beside a measured gloo run of the
+same steps, data parallel and tensor parallel (tp, fsdp-tp): every rank's memory categories, bytes, calls and FLOPs.
 """
 
 import math
@@ -186,6 +187,17 @@ def test_bad_input_is_one_line(tmp_path, capsys):
         estimate(RunConfig(method="ddp", nproc=2), ranks="some")
 
 
+@pytest.mark.parametrize("method", ["pp", "pp-fsdp"])
+def test_a_pipeline_cannot_be_estimated_and_says_so_in_one_line(tmp_path, capsys, method):
+    argv = ["estimate", method, "--model", "llama-tiny", "--world-size", "4", "--results", str(tmp_path)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and f"{method} cannot be estimated: torch.distributed.pipelining" in err
+    assert "measure it instead" in err
+    with pytest.raises(ValueError, match=f"{method} cannot be estimated"):
+        estimate(RunConfig(method=method, nproc=4))
+
+
 def test_an_estimate_needs_a_process_without_a_group():
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
     try:
@@ -195,7 +207,14 @@ def test_an_estimate_needs_a_process_without_a_group():
         dist.destroy_process_group()
 
 
-MEASURED = [("llama-tiny", "ddp", 2), ("llama-tiny", "fsdp", 4), ("llama-50m", "fsdp", 2), ("llama-50m", "ddp", 4)]
+MEASURED = [
+    ("llama-tiny", "ddp", 2),
+    ("llama-tiny", "fsdp", 4),
+    ("llama-50m", "fsdp", 2),
+    ("llama-50m", "ddp", 4),
+    ("llama-tiny", "tp", 2),
+    ("llama-tiny", "fsdp-tp", 4),
+]
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """The model-parallel arms of the baselines and SDP plans (issue 29): planned at their world sizes, with the tokens
-and global batch of the arm they are compared with, and the SDP cards against PP and TP paired by global batch.
-No run is launched here (tests/test_model_parallel_runs.py runs the methods)."""
+and global batch of the arm they are compared with, the SDP cards against PP and TP paired by global batch, and the
+1B estimates of B-SDP against TP. No run is launched here (tests/test_model_parallel_runs.py runs the methods)."""
 
 from __future__ import annotations
 
@@ -53,8 +53,25 @@ def test_the_sdp_smoke_plan_runs_pp_and_tp_beside_b_sdp_at_2_ranks():
         assert (cfg.tokens, cfg.lr, cfg.lr_decay, cfg.seq_len) == (sdp.tokens, sdp.lr, sdp.lr_decay, sdp.seq_len)
 
 
+def test_the_sdp_smoke_plan_estimates_b_sdp_beside_tp_at_1b_on_2_ranks():
+    by = {e.cfg.method: e.cfg for e in load_plan("sdp", "smoke").estimates if e.cfg.nproc == 2}
+    assert set(by) == {"b-sdp", "tp"} and by["b-sdp"].variant == {"C": 0.5}
+    assert by["tp"].variant == {"sequence_parallel": False}
+    sdp, tp = by["b-sdp"], by["tp"]
+    assert sdp.micro_batch * 2 == tp.micro_batch  # one global batch
+    for cfg in by.values():
+        assert (cfg.model, cfg.seq_len, cfg.precision, cfg.ac) == ("llama-1b", sdp.seq_len, sdp.precision, False)
+
+
+def test_the_1b_cards_against_tp_are_decided_by_a_checked_estimate():
+    cards = [c for c in claims_for("sdp") if c.id.startswith("sdp-vs-tp-1b-")]
+    assert {c.metric["field"] for c in cards} == {"peak_bytes_max", "state_bytes_max", "comm_bytes_per_rank_step"}
+    for card in cards:
+        assert card.metric["model"] == "llama-1b" and "estimated" in card.evidence and card.estimator_check
+
+
 def test_the_cards_against_model_parallelism_read_each_field_against_pp_and_tp():
-    cards = {c.id: c for c in claims_for("sdp") if c.id.startswith("sdp-vs-")}
+    cards = {c.id: c for c in claims_for("sdp") if c.id.startswith("sdp-vs-") and "-1b-" not in c.id}
     assert len(cards) == 8
     for card in cards.values():
         assert card.paper_value is None and card.metric["name"] == "ratio-global-batch"

@@ -232,10 +232,10 @@ def estimated_and_measured(tmp_path_factory) -> dict[tuple, tuple[dict, dict]]:
 @pytest.mark.parametrize("method,params,ac,precision", card_compositions())
 def test_estimate_equals_the_measured_run(estimated_and_measured, method, params, ac, precision):
     """The estimator check named by the SDP cards an estimate may decide (claims.yaml: estimator_check), at each
-    of their compositions on llama-tiny (C = 0.75: its 4 blocks): the peak, model state and bytes those cards
-    read. The split of memory into gradients and activations is not judged: under FSDP2 with bf16 the estimate
-    books the unsharded bf16 gradients as gradients at the peak where the measured run has freed them (the peak
-    itself agrees within 1.5%)."""
+    of their compositions on llama-tiny (C = 0.75: its 4 blocks; TP's, for the 1B cards against TP, at degree 2):
+    the peak, model state and bytes those cards read. The split of memory into gradients and activations is not
+    judged: under FSDP2 with bf16 the estimate books the unsharded bf16 gradients as gradients at the peak where the
+    measured run has freed them (the peak itself agrees within 1.5%)."""
     estimated, measured = estimated_and_measured[(method, params, ac, precision)]
     assert measured["status"] == "complete", f"the measured run ended {measured['status']}: {measured.get('error')}"
     nproc = _config(method, params, ac, precision).nproc

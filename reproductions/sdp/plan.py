@@ -11,7 +11,7 @@ Smoke (this machine, K = 4 gloo workers): llama-tiny (4 blocks) on the embedded 
 (DDP, B-SDP C=0.5 FLOP-matched, C=0.75 equal steps) with SDP_SEEDS seeds (default 3), DDP and the
 FLOP-matched arm scored also on the local lm-eval task heldout_next; the memory and byte arms with one seed;
 ResNet-18 on the embedded digits with 4 workers (DDP, B-SDP, N-SDP; two holders per component). Paper-scale
-memory and bytes come from `estimate` (fake tensors; llama-1b and llama-500m on 8 ranks), and the
+memory and bytes come from `estimate` (fake tensors; llama-1b and llama-500m on 8 ranks, 1B B-SDP vs TP on 2), and the
 inter-node wall-clock from projecting those ledgers onto 2 nodes of 4 A100s (suite/sim): both labelled,
 never mixed with measurements. Quality (CPU, not yet run; estimated 62 minutes on 2 quiet cores, see
 quality_wall_s): the smoke quality arms on the stdlib corpus at two budgets a factor 2 apart (QUALITY_STEPS DDP
@@ -86,6 +86,10 @@ MATCHED_STEPS = 39 / 20
 # and sdp-vs-tp-*.
 MP_WORKERS = 2
 MP_PP, MP_TP = {"schedule": "1f1b"}, {"sequence_parallel": False}
+# The same against TP at the paper's 1B scale, estimated in the smoke preset (ESTIMATE's settings on MP_WORKERS ranks,
+# one global batch of MP_WORKERS x 8 sequences): cards sdp-vs-tp-1b-*. Each is under the 15 CPU seconds a smoke
+# estimate may take (measured on 2 shared cores: B-SDP 8.5 s for both ranks, TP 14.1-14.5 s, the estimate call
+# alone). PP has none: the fake process group cannot run its shape inference (Pipeline.not_estimable).
 # ResNet-18 has 5 blocks that keep their input's shape (the maskable ones). With K=4 workers, C=0.6 holds 3 of
 # them (2 or 3 holders per block) and N-SDP's C=0.5 holds 4 of 8 channel groups (2 holders each): every
 # component is averaged over at least two holders (a plain partition would average nothing). It trains at
@@ -236,7 +240,17 @@ def _estimate(model: str, method: str, variant: dict, ac: bool, topologies: tupl
 
 
 def _estimates() -> list[Estimate]:
-    return [_estimate(*arm[:4], (ESTIMATE_TOPOLOGY,) if arm[4] else ()) for arm in ESTIMATES]
+    return [_estimate(*arm[:4], (ESTIMATE_TOPOLOGY,) if arm[4] else ()) for arm in ESTIMATES] + _mp_estimates()
+
+
+def _mp_estimates() -> list[Estimate]:
+    """B-SDP at C = 1/2 and TP of degree 2 on llama-1b at MP_WORKERS ranks, one global batch (TP is one replica)."""
+    sequences = MP_WORKERS * ESTIMATE["micro_batch"]
+    arms = [("b-sdp", {"C": 0.5}, MP_WORKERS), ("tp", MP_TP, 1)]
+    return [
+        _estimate("llama-1b", m, v, False, nproc=MP_WORKERS, micro_batch=sequences // replicas)
+        for m, v, replicas in arms
+    ]
 
 
 def _calibration() -> list[Estimate]:

@@ -27,6 +27,7 @@ from suite.estimate.classes import RankClasses
 from suite.estimate.rank import RankEstimate, estimate_rank
 from suite.estimate.record import build_record, kept
 from suite.recorder import new_run_id
+from suite.strategy import methods
 from suite.timing import load_average
 
 RANK_POLICIES = ("auto", "all")
@@ -37,10 +38,18 @@ def sampled_ranks(world_size: int) -> list[int]:
     return sorted({1, world_size - 1} - {0} & set(range(world_size)))
 
 
+def check_estimable(method: str) -> None:
+    """ValueError (one line) for a method whose step cannot run on the fake process group (Strategy.not_estimable)."""
+    why = getattr(methods().get(method), "not_estimable", "")
+    if why:
+        raise ValueError(f"{method} cannot be estimated: {why}")
+
+
 def prepare(cfg: RunConfig) -> RunConfig:
     """A copy of `cfg` the fake Worker can run: cpu tensors, meters on, a budget and an id of its own."""
     if cfg.nproc < 1:
         raise ValueError(f"--world-size must be at least 1, got {cfg.nproc}")
+    check_estimable(cfg.method)
     out = dataclasses.replace(cfg, device="cpu", meters=True, variant=dict(cfg.variant))
     if out.tokens is None and out.flops is None and out.time_s is None and out.target is None:
         out.tokens = 1.0  # the Worker wants a budget; an estimate runs a fixed number of steps
