@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from suite.claims import claims_for
-from suite.compare import CARD_FIELDS, PEAK_CPU, Row, compare, format_comparison, judging
+from suite.compare import CARD_FIELDS, JUDGED_MEMORY, PEAK_CPU, Row, compare, format_comparison, judging
 from suite.config import RunConfig
 from suite.estimate import estimate
 from suite.estimate.compare import measured_config
@@ -192,9 +192,11 @@ KNOWN_GAPS = {
 def test_the_check_judges_every_field_an_estimated_card_reads():
     cards = [c for c in claims_for("sdp") if "estimated" in c.evidence]
     assert cards and {c.estimator_check for c in cards} == {f"tests/{__name__.split('.')[-1]}.py::{CHECK.__name__}"}
-    peak = Row("peak_bytes", 0, 1.0, 1.0, PEAK_CPU)
+    # the quantities compare() judges on a CPU run: every memory category, the peak, each collective's bytes
+    rows = [Row(q, 0, 1.0, 1.0, tol) for q, tol in {**JUDGED_MEMORY, "peak_bytes": PEAK_CPU}.items()]
+    rows.append(Row("x@y bytes", 0, 1.0, 1.0, 0.0))
     for card in cards:
-        assert judging(card.metric["field"], [peak, Row("x@y bytes", 0, 1.0, 1.0, 0.0)]), card.id
+        assert judging(card.metric["field"], rows), card.id
 
 
 def _config(method: str, params: tuple, ac: bool, precision: str) -> RunConfig:
