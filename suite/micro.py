@@ -93,25 +93,18 @@ def measure_shape(item: Microbench, shape: dict) -> dict:
     if item.once:
         start = time.perf_counter()
         extra = work()
-        took = time.perf_counter() - start
-        return {
-            "shape": shape,
-            "time_s_median": took,
-            "time_s": [took],
-            "flops": 0,
-            "peak_bytes": None,
-            "rss_peak_bytes": None,
-            "extra": extra if isinstance(extra, dict) else {},
-        }
-    times = _timed(work, device, item.warmup, item.repeat)
-    with FlopMeter() as flops:
-        extra = work()
-    peak, rss = _peak_bytes(work, device)
+        times, flops, peak, rss = [time.perf_counter() - start], 0, None, None
+    else:
+        times = _timed(work, device, item.warmup, item.repeat)
+        with FlopMeter() as meter:
+            extra = work()
+        flops = meter.model_flops
+        peak, rss = _peak_bytes(work, device)
     return {
         "shape": shape,
         "time_s_median": statistics.median(times),
         "time_s": times,
-        "flops": flops.model_flops,
+        "flops": flops,
         "peak_bytes": peak,
         "rss_peak_bytes": rss,
         "extra": extra if isinstance(extra, dict) else {},
