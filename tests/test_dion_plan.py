@@ -21,6 +21,9 @@ from reproductions.dion.plan import (
     TIME_SEEDS,
     TIME_STEPS,
     TIME_WORLD,
+    TUNE_GRID,
+    TUNE_STEPS,
+    TUNE_SWEEP,
     plan,
     smoke_wall_s,
 )
@@ -81,6 +84,27 @@ def test_sweep_is_tagged_apart_and_unchanged_and_the_quality_preset_runs_the_pic
         assert c.lr == LR_PICKED[c.optimizer]
         by_arm[(c.optimizer, c.variant.get("rank_fraction"))].add(c.seed)
     assert by_arm == {k: {1, 2, 3} for k in (("adamw", None), ("muon", None), ("dion", 0.25), ("dion", 1.0))}
+
+
+def test_the_tune_gives_every_optimizer_as_many_rates_on_seed_0_under_the_quality_schedule():
+    """AlgoPerf's rule: the same trials for every arm, one seed, filed apart; the quality preset's corpus and schedule
+    rule at TUNE_STEPS, the AdamW part of Muon and Dion at the fixed SCALAR_LR."""
+    runs = load_plan("dion", "tune").runs
+    assert {c.reproduction for c in runs} == {TUNE_SWEEP} and {c.seed for c in runs} == {0}
+    by_optimizer = defaultdict(list)
+    for c in runs:
+        by_optimizer[(c.optimizer, c.variant.get("rank_fraction"))].append(c.lr)
+    assert by_optimizer == {
+        ("adamw", None): list(TUNE_GRID["adamw"]),
+        ("muon", None): list(TUNE_GRID["muon"]),
+        ("dion", 0.25): list(TUNE_GRID["dion"]),
+    }
+    assert len({len(g) for g in TUNE_GRID.values()}) == 1
+    assert {(c.tokens, c.data, c.warmup_steps, c.lr_decay) for c in runs} == {
+        (TUNE_STEPS * 8 * 128, "stdlib", TUNE_STEPS // 10, "cosine")
+    }
+    assert {c.variant.get("scalar_lr") for c in runs if c.optimizer != "adamw"} == {SCALAR_LR}
+    assert [c.lr for c in runs[:3]] == [TUNE_GRID[o][0] for o in ("adamw", "muon", "dion")]  # rate by rate
 
 
 def test_every_comparison_sees_equal_tokens_and_one_rule_for_the_adamw_part(smoke):

@@ -79,7 +79,7 @@ def test_the_quality_preset_is_estimated_under_90_minutes(name):
 
 # ---- the tune preset (issue 26 item 3): every quality arm at every rate of one grid, seed 0, the shorter budget ----
 
-TUNED = ("sdp", "fl-fsdp")  # dion's sweep is part of its smoke preset (tests/test_dion_plan.py)
+TUNED = ("sdp", "fl-fsdp")  # dion's tune runs a budget of its own, TUNE_STEPS (tests/test_dion_plan.py)
 NOT_THE_ARM = ("lr", "seed", "reproduction", "command")
 
 
@@ -114,7 +114,7 @@ def test_the_grid_holds_the_untuned_rate_inside(name):
     assert len(set(grid)) == len(grid) >= 5 and min(grid) < rate < max(grid)
 
 
-@pytest.mark.parametrize("name", TUNED)
+@pytest.mark.parametrize("name", (*TUNED, "dion"))
 def test_every_tune_run_passes_the_checks_of_a_run_and_the_plan_notes_its_wall_time(name, tmp_path):
     plan = load_plan(name, "tune")
     for cfg in plan.runs:

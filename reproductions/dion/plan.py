@@ -65,6 +65,16 @@ QUALITY_STEPS, QUALITY_SEEDS, QUALITY_FRACTION = 40, (1, 2, 3), 0.25
 LONG = {**QUALITY, "data": "stdlib", "eval_every": 25}
 LONG_STEPS = (500, 1000)
 QUALITY_SCHEDULE = Schedule(warmup=0.1)
+# Tune preset (issue 26 item 3): the arms whose rates the quality preset takes (AdamW, Muon, Dion at rank 1/4) on
+# seed 0, TUNE_STEPS steps of the quality preset's corpus and schedule rule, each at every rate of its TUNE_GRID (as
+# many rates for each: AlgoPerf's rule), filed as TUNE_SWEEP so that no verdict counts them; LR_TUNED holds the
+# winners (tests/test_dion_plan.py checks them against results/dion-tune and that each sits inside its grid).
+# Factor-2 steps around the smoke picks (LR_PICKED). The AdamW part of Muon and Dion stays at SCALAR_LR, fixed before
+# the tune, so the tune moves the matrix optimizer's rate only.
+TUNE_SWEEP = "dion-quality-lr-sweep"
+TUNE_STEPS = 200
+TUNE_MATRIX_GRID = (0.0125, 0.025, 0.05, 0.1, 0.2, 0.4)
+TUNE_GRID = {"adamw": (5e-4, 1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2), "muon": TUNE_MATRIX_GRID, "dion": TUNE_MATRIX_GRID}
 # Wall seconds per step and per evaluation on 2 cores, from the quality runs of results/dion-smoke (medians over
 # seeds; StepCost), by (optimizer, rank fraction)
 QUALITY_COSTS = {
@@ -146,7 +156,7 @@ GPU_FSDP_ARMS = (("adamw", {}), ("muon", {}), ("dion", {"rank_fraction": 0.25}))
 # run; the rates are the smoke sweep's (tuned on llama-tiny, not at 1B), which the card states
 TARGET = dict(model="llama-1b", device="cuda", seq_len=1024, micro_batch=4, eval_every=50, log_every=10)
 TARGET_LOSS, TARGET_MAX_TOKENS, TARGET_GPUS = 3.5, 2e9, 8
-PRESETS = ("smoke", "quality", "gpu", "target", "paper")
+PRESETS = ("smoke", "tune", "quality", "gpu", "target", "paper")
 
 
 def _arm(optimizer: str, variant: dict) -> dict:
@@ -178,8 +188,11 @@ def quality_runs(common: dict, steps: int, seeds: tuple[int, ...]) -> list[RunCo
     return sweep_runs(common, steps) + picked_runs(common, steps, seeds)
 
 
-def picked_runs(common: dict, steps: int, seeds: tuple[int, ...]) -> list[RunConfig]:
-    """The four quality arms at their picked rates (LR_PICKED), `steps` steps of the same tokens each."""
+def picked_runs(
+    common: dict, steps: int, seeds: tuple[int, ...], rates: dict[str, float] = LR_PICKED
+) -> list[RunConfig]:
+    """The four quality arms at `rates` (by optimizer; Dion's rate serves both of its ranks), `steps` steps of the
+    same tokens each."""
     budget = {"tokens": _tokens(steps, common["nproc"], common)}
     arms = [
         ("adamw", {}),
@@ -188,7 +201,7 @@ def picked_runs(common: dict, steps: int, seeds: tuple[int, ...]) -> list[RunCon
         ("dion", {"rank_fraction": 1.0}),
     ]
     return [
-        RunConfig(optimizer=o, lr=LR_PICKED[o], seed=s, variant=_arm(o, v), **budget, **common)
+        RunConfig(optimizer=o, lr=rates[o], seed=s, variant=_arm(o, v), **budget, **common)
         for s in seeds
         for o, v in arms
     ]
@@ -199,6 +212,21 @@ def _long() -> list[RunConfig]:
         cfg
         for steps in LONG_STEPS
         for cfg in picked_runs({**LONG, **QUALITY_SCHEDULE.settings(steps)}, steps, QUALITY_SEEDS)
+    ]
+
+
+def tune_runs() -> list[RunConfig]:
+    """Seed 0 of AdamW, Muon and Dion at rank 1/4, TUNE_STEPS steps each under the quality schedule rule, at every
+    rate of TUNE_GRID, rate by rate (a tune stopped midway leaves every optimizer with nearly as many trials)."""
+    common = {**LONG, **QUALITY_SCHEDULE.settings(TUNE_STEPS)}
+    budget = {"tokens": _tokens(TUNE_STEPS, common["nproc"], common)}
+    arms = [("adamw", {}), ("muon", {}), ("dion", {"rank_fraction": QUALITY_FRACTION})]
+    return [
+        RunConfig(
+            optimizer=o, lr=TUNE_GRID[o][i], seed=0, variant=_arm(o, v), reproduction=TUNE_SWEEP, **budget, **common
+        )
+        for i in range(len(TUNE_MATRIX_GRID))
+        for o, v in arms
     ]
 
 
@@ -328,6 +356,12 @@ def plan(preset: str) -> Plan:
         runs, micro = _long(), []
         notes.append(f"estimated wall time {quality_wall_s(runs) / 60:.0f} minutes on 2 quiet cores (not measured)")
         notes.append("learning rates from the smoke sweep (40 steps, constant rate), not tuned for this schedule")
+    elif preset == "tune":
+        runs, micro = tune_runs(), []
+        notes.append(f"estimated wall time {quality_wall_s(runs) / 60:.0f} minutes on 2 quiet cores (not measured)")
+        notes.append(
+            f"a learning-rate sweep filed as {TUNE_SWEEP}: suite.sweeps.sweep_winners picks each optimizer's rate"
+        )
     elif preset == "gpu":
         runs, micro = _gpu()
     elif preset == "target":
