@@ -25,11 +25,11 @@ EVAL = {"n_batches": 1, "batch": 2, "seq_len": 32}
 TASKS = ["text", "net", "concurrency"]
 
 
-@pytest.mark.parametrize("preset", ["smoke", "gpu"])
+@pytest.mark.parametrize("preset", ["smoke", "quality", "gpu"])
 def test_the_plan_checks_every_run_before_any_model_file_exists(preset):
     plan = load_plan("merging", preset)
     for cfg in plan.runs:
-        if preset == "smoke":
+        if preset != "gpu":
             check_config(cfg)
     finetunes = [c for c in plan.runs if c.init_from]
     assert {c.init_from for c in finetunes} == {base_path(preset)}
@@ -39,6 +39,22 @@ def test_the_plan_checks_every_run_before_any_model_file_exists(preset):
     assert {c.data for c in finetunes if c.save_every} == {f"stdlib-{PLANNED[0]}"}
     assert OOD not in {c.data.removeprefix("stdlib-") for c in plan.runs}
     assert [item.name for item in plan.micro] == list(MERGES)
+
+
+@pytest.mark.parametrize(
+    ("preset", "pretrain", "finetune", "swa"),
+    [("smoke", 200, 80, (40, 60, 80)), ("quality", 1000, 400, (200, 300, 400))],
+)
+def test_each_preset_has_its_budget_and_swa_averages_the_second_half(preset, pretrain, finetune, swa):
+    """The smoke budget is the one its committed records ran; the quality preset's fine-tunes are 5x as long."""
+    plan = load_plan("merging", preset)
+    steps = {c.tokens // (c.micro_batch * c.seq_len) for c in plan.runs if not c.init_from}
+    assert steps == {pretrain}
+    tuned = [c for c in plan.runs if c.init_from]
+    assert {c.tokens // (c.micro_batch * c.seq_len) for c in tuned} == {finetune}
+    assert {c.warmup_steps for c in tuned} == {finetune // 10}
+    (item,) = [i for i in plan.micro if i.name == "swa"]
+    assert [int(p[-9:-3]) for p in item.shapes[0]["trajectory"]] == list(swa)
 
 
 def _save(state: dict, path) -> str:

@@ -20,7 +20,7 @@ REPRODUCTION = Reproduction(
     name="merging",
     description="Soups, task arithmetic, TIES and SWA over fine-tunes of one llama-tiny: per task and held out",
     plan=plan,
-    presets=("smoke", "gpu"),
+    presets=("smoke", "quality", "gpu"),
     claims=Path(__file__).with_name("claims.yaml"),
 )
 

@@ -1,12 +1,16 @@
 """Presets: one pretrained llama-tiny, K fine-tunes of it on K library areas, and the merge step.
 
-- Pretraining: llama-tiny on `stdlib-rest` (the standard library's files in none of the task areas), 200 steps
-  of 8 x 128 byte tokens, warm-up 20 steps then cosine; the negative control's models are the same recipe from
-  other initialisations (seeds 1-3).
+- Pretraining: llama-tiny on `stdlib-rest` (the standard library's files in none of the task areas), the preset's
+  pretraining steps (BUDGETS) of 8 x 128 byte tokens, warm-up over 10% of them then cosine; the negative control's
+  models are the same recipe from other initialisations (seeds 1-3).
 - Fine-tunes: from the base (`--set init_from`), one per task area (`stdlib-text`, `stdlib-net`,
-  `stdlib-concurrency`) and seed (0-2: the data order; the start is the base), 80 steps at a constant 1e-3 after
-  8 warm-up steps (SWA's averaging wants a constant rate), the same schedule and budget for every task. The first
-  task's fine-tune also saves its model every 20 steps: SWA averages the checkpoints of its second half.
+  `stdlib-concurrency`) and seed (0-2: the data order; the start is the base), the preset's fine-tune steps at a
+  constant 1e-3 after a 10% warm-up (SWA's averaging wants a constant rate), the same schedule and budget for every
+  task. The first task's fine-tune also saves its model at every quarter of its run: SWA averages the checkpoints of
+  its second half.
+- Smoke: 200 pretraining and 80 fine-tune steps (482 s measured on 2 cores; the fine-tunes do not reach the
+  cards' plateau). Quality: 1,000 and 400 (estimated 28 minutes on 2 quiet cores, not measured), so that the
+  fine-tunes' validation loss settles.
 - The held-out domain `stdlib-gui` is read by no run.
 - The merge step (step.py): one microbenchmark item per merge or reference, one row per seed.
 
@@ -26,10 +30,9 @@ OOD = "gui"
 SEEDS = (0, 1, 2)
 CONTROL_SEEDS = (1, 2, 3)  # other initialisations of the base, one per fine-tune seed
 STEP_TOKENS = 8 * 128  # one process x micro-batch 8 x sequence 128
-PRETRAIN = dict(tokens=200 * STEP_TOKENS, lr=3e-3, warmup_steps=20, lr_decay="cosine", data="stdlib-rest")
-FINETUNE = dict(tokens=80 * STEP_TOKENS, lr=1e-3, warmup_steps=8)
-SAVE_EVERY = 20
-SWA_FROM = 40  # the trajectory's checkpoints SWA averages: steps 40, 60 and 80
+# preset -> (pretraining steps, fine-tune steps); the gpu preset takes the smoke budget
+BUDGETS = {"smoke": (200, 80), "quality": (1000, 400), "gpu": (200, 80)}
+SAVES = 4  # the text fine-tune saves its model SAVES times, evenly; SWA averages those from its middle on
 EVAL = {"n_batches": 4, "batch": 8, "seq_len": 128}  # the merge step's evaluation windows per split
 
 
@@ -51,27 +54,44 @@ def finetune_path(preset: str, task: str, seed: int) -> str:
 
 
 def _pretrain(preset: str, seed: int) -> RunConfig:
-    return RunConfig(method="ddp", seed=seed, checkpoint=base_path(preset, seed), **_common(preset), **PRETRAIN)
+    steps = BUDGETS[preset][0]
+    return RunConfig(
+        method="ddp",
+        seed=seed,
+        checkpoint=base_path(preset, seed),
+        tokens=steps * STEP_TOKENS,
+        lr=3e-3,
+        warmup_steps=steps // 10,
+        lr_decay="cosine",
+        data="stdlib-rest",
+        **_common(preset),
+    )
 
 
 def _finetune(preset: str, task: str, seed: int) -> RunConfig:
+    steps = BUDGETS[preset][1]
     cfg = RunConfig(
         method="ddp",
         seed=seed,
         data=f"stdlib-{task}",
         init_from=base_path(preset),
         checkpoint=finetune_path(preset, task, seed),
+        tokens=steps * STEP_TOKENS,
+        lr=1e-3,
+        warmup_steps=steps // 10,
         **_common(preset),
-        **FINETUNE,
     )
     if task == TASKS[0]:
-        cfg.save_every = SAVE_EVERY
+        cfg.save_every = steps // SAVES
     return cfg
 
 
 def _trajectory(preset: str, seed: int) -> list[str]:
-    steps = range(SWA_FROM, FINETUNE["tokens"] // STEP_TOKENS + 1, SAVE_EVERY)
-    return [str(trajectory_path(finetune_path(preset, TASKS[0], seed), s)) for s in steps]
+    """The text fine-tune's saves from the middle of its run to its end (smoke: steps 40, 60 and 80)."""
+    steps = BUDGETS[preset][1]
+    every = steps // SAVES
+    saves = [s for s in range(every, steps + 1, every) if s >= steps // 2]
+    return [str(trajectory_path(finetune_path(preset, TASKS[0], seed), s)) for s in saves]
 
 
 def _row(preset: str, merge: str, seed: int, control_seed: int) -> dict:
@@ -109,6 +129,18 @@ def merge_items(preset: str) -> list[Microbench]:
     ]
 
 
+def _steps(preset: str) -> int:
+    pretrain, finetune = BUDGETS[preset]
+    return pretrain * (1 + len(CONTROL_SEEDS)) + finetune * len(TASKS) * len(SEEDS)
+
+
+def _minutes(preset: str) -> int:
+    """Estimated (not measured) from results/merging-smoke's phases on 2 cores: 0.19 s a timed step, 0.25 s an
+    evaluation (one every 20 steps), 143 s for the merge step's rows."""
+    steps = _steps(preset)
+    return round((0.19 * steps + 0.25 * steps / 20 + 143) / 60)
+
+
 def plan(preset: str) -> Plan:
     runs = [_pretrain(preset, s) for s in (0, *CONTROL_SEEDS)]
     runs += [_finetune(preset, t, s) for s in SEEDS for t in TASKS]
@@ -118,8 +150,8 @@ def plan(preset: str) -> Plan:
         protocol="equal tokens",
         notes=[
             f"model files under {_folder(preset)}/; the merge step reads the fine-tunes the runs wrote there",
-            "estimated wall time on 2 quiet cores (smoke): 1,520 training steps of llama-tiny at about 0.2 s "
-            "(dion's smoke records) and the merge step's evaluations: about 10 minutes",
+            f"estimated wall time on 2 quiet cores: {_steps(preset):,} training steps of llama-tiny and the merge "
+            f"step: about {_minutes(preset)} minutes (not measured)",
         ],
         micro=merge_items(preset),
     )
