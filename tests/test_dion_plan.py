@@ -16,6 +16,7 @@ from reproductions.dion.plan import (
     BYTES_STEPS,
     LR_GRID,
     LR_PICKED,
+    LR_TUNED,
     SCALAR_LR,
     SWEEP,
     TIME_SEEDS,
@@ -30,8 +31,10 @@ from reproductions.dion.plan import (
 from suite.claims import load_claims
 from suite.config import RunConfig
 from suite.plans import load_plan
+from suite.sweeps import sweep_winners
 
 RESULTS = Path(__file__).parents[1] / "results" / "dion-smoke"
+TUNED = Path(__file__).parents[1] / "results" / "dion-tune"
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +84,7 @@ def test_sweep_is_tagged_apart_and_unchanged_and_the_quality_preset_runs_the_pic
     }
     by_arm = defaultdict(set)
     for c in load_plan("dion", "quality").runs:
-        assert c.lr == LR_PICKED[c.optimizer]
+        assert c.lr == LR_TUNED[c.optimizer]
         by_arm[(c.optimizer, c.variant.get("rank_fraction"))].add(c.seed)
     assert by_arm == {k: {1, 2, 3} for k in (("adamw", None), ("muon", None), ("dion", 0.25), ("dion", 1.0))}
 
@@ -135,12 +138,12 @@ def test_the_smoke_plan_notes_its_estimated_wall_time_under_the_goal():
     assert minutes < 7.5
 
 
-def _sweep_losses() -> dict[str, dict[float, float]]:
-    """optimizer -> learning rate -> final validation loss of the committed seed-0 sweep."""
+def _sweep_losses(folder: Path = RESULTS, sweep: str = SWEEP) -> dict[str, dict[float, float]]:
+    """optimizer -> learning rate -> final validation loss of a committed seed-0 sweep."""
     out: dict[str, dict[float, float]] = defaultdict(dict)
-    for path in RESULTS.glob("*.json"):
+    for path in folder.glob("*.json"):
         rec = json.loads(path.read_text())
-        if rec.get("reproduction") != SWEEP or rec["status"] != "complete":
+        if rec.get("reproduction") != sweep or rec["status"] != "complete":
             continue
         loss = next(p["val_loss"] for p in reversed(rec["curve"]) if p["val_loss"] is not None)
         out[rec["optimizer"]["name"]][rec["settings"]["lr"]] = loss
@@ -157,10 +160,18 @@ def test_picked_rates_are_the_committed_sweeps_winners_inside_their_grids():
         assert min(LR_GRID[name]) < winner < max(LR_GRID[name]), f"{name}'s winner {winner} is at its grid's edge"
 
 
-@pytest.mark.skipif(not RESULTS.is_dir(), reason="no committed smoke results")
-def test_the_equivalence_margin_is_the_committed_sweeps_resolution():
+@pytest.mark.skipif(not TUNED.is_dir(), reason="no committed tune results")
+def test_tuned_rates_are_the_committed_tunes_winners_inside_their_grids():
+    """suite.sweeps' rule (equal trials, one seed, no winner at an edge) picks LR_TUNED from results/dion-tune."""
+    winners = sweep_winners(TUNED, TUNE_SWEEP)
+    assert {w.label.split()[1]: w.lr for w in winners.values()} == LR_TUNED
+    assert {w.label.split()[1]: w.grid for w in winners.values()} == TUNE_GRID
+
+
+@pytest.mark.skipif(not TUNED.is_dir(), reason="no committed tune results")
+def test_the_equivalence_margin_is_the_committed_tunes_resolution():
     """The margin's source: the median over the optimizers of the gap between each one's best and second-best rate."""
-    gaps = [sorted(by_lr.values())[1] - min(by_lr.values()) for by_lr in _sweep_losses().values()]
+    gaps = [sorted(by_lr.values())[1] - min(by_lr.values()) for by_lr in _sweep_losses(TUNED, TUNE_SWEEP).values()]
     card = next(c for c in load_claims(REPRODUCTION.claims) if c.test == "equivalence")
     assert len(gaps) == 3 and card.margin.value == pytest.approx(float(np.median(gaps)), abs=5e-4)
 

@@ -22,12 +22,14 @@ read, and the sweep that picked the quality preset's rates:
 No smoke card reads runs at 1 rank, DDP+Muon at 2 ranks, Dion at full rank at 4, FSDP2+AdamW at 4, or the
 1-process quality arms at the picked rates (the quality cards read the quality preset's stdlib runs): issue 25 cut
 them (tests/test_card_commands.py checks that every smoke run is read by a card).
-Quality (CPU, not yet run; estimated 64 minutes on 2 quiet cores, see quality_wall_s): the four quality arms (AdamW,
+Tune (CPU, 966 s measured on 2 cores, results/dion-tune): AdamW, Muon and Dion at rank 1/4 on seed 0, TUNE_STEPS
+steps of the quality preset's corpus and schedule rule, six rates each (TUNE_GRID), filed as TUNE_SWEEP; its
+winners are LR_TUNED.
+Quality (CPU, estimated 64 minutes on 2 quiet cores, see quality_wall_s): the four quality arms (AdamW,
 Muon, Dion at rank 1/4 and at full rank, micro-batch 8, one process; the claims name them by their micro-batch, the
 cost runs' is 4) on the stdlib corpus at two budgets a factor 2 apart
-(QUALITY_STEPS), seeds QUALITY_SEEDS, one schedule for every arm (QUALITY_SCHEDULE: warm-up over 10% of the steps,
-then cosine over the budget), each at its rate from the smoke sweep (LR_PICKED, picked at 40 constant-rate steps;
-not tuned again here);
+(LONG_STEPS), seeds QUALITY_SEEDS, one schedule for every arm (QUALITY_SCHEDULE: warm-up over 10% of the steps,
+then cosine over the budget), each at its rate from the tune (LR_TUNED; Dion's serves both of its ranks);
 GPU: llama-134m, the quality arms (sweep, then seeds at the picked rates) and every cost arm (GPU_DDP_ARMS over
 TIME_SEEDS, GPU_FSDP_ARMS once) on every visible GPU: the wall-clock claims are about GPUs, and this
 machine's CPU timings do not test them. Target (8+ GPUs): llama-1b, AdamW and Dion at rank 1/4 to one validation
@@ -75,6 +77,8 @@ TUNE_SWEEP = "dion-quality-lr-sweep"
 TUNE_STEPS = 200
 TUNE_MATRIX_GRID = (0.0125, 0.025, 0.05, 0.1, 0.2, 0.4)
 TUNE_GRID = {"adamw": (5e-4, 1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2), "muon": TUNE_MATRIX_GRID, "dion": TUNE_MATRIX_GRID}
+# the tune's winners on seed 0 (lowest final validation loss), from results/dion-tune; a test checks them
+LR_TUNED = {"adamw": 2e-3, "muon": 0.05, "dion": 0.025}
 # Wall seconds per step and per evaluation on 2 cores, from the quality runs of results/dion-smoke (medians over
 # seeds; StepCost), by (optimizer, rank fraction)
 QUALITY_COSTS = {
@@ -211,7 +215,7 @@ def _long() -> list[RunConfig]:
     return [
         cfg
         for steps in LONG_STEPS
-        for cfg in picked_runs({**LONG, **QUALITY_SCHEDULE.settings(steps)}, steps, QUALITY_SEEDS)
+        for cfg in picked_runs({**LONG, **QUALITY_SCHEDULE.settings(steps)}, steps, QUALITY_SEEDS, LR_TUNED)
     ]
 
 
@@ -355,7 +359,7 @@ def plan(preset: str) -> Plan:
     elif preset == "quality":
         runs, micro = _long(), []
         notes.append(f"estimated wall time {quality_wall_s(runs) / 60:.0f} minutes on 2 quiet cores (not measured)")
-        notes.append("learning rates from the smoke sweep (40 steps, constant rate), not tuned for this schedule")
+        notes.append(f"learning rates from the tune preset ({TUNE_STEPS} steps of the same corpus and schedule rule)")
     elif preset == "tune":
         runs, micro = tune_runs(), []
         notes.append(f"estimated wall time {quality_wall_s(runs) / 60:.0f} minutes on 2 quiet cores (not measured)")
@@ -376,7 +380,7 @@ def plan(preset: str) -> Plan:
         preset,
         runs,
         protocol="equal tokens in every comparison; quality runs: learning rate per optimizer from a recorded "
-        "seed-0 sweep, the AdamW part of every arm at AdamW's picked rate",
+        "seed-0 sweep with as many rates for each, the AdamW part of Muon and Dion at the smoke sweep's AdamW rate",
         claims=Path(__file__).with_name("claims.yaml"),
         notes=notes,
         micro=micro,
