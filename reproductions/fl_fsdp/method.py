@@ -104,7 +104,7 @@ class Federated(Strategy):
         if self.cfg.ac:
             apply_activation_checkpointing(model)
         model = self._wrap(model, ctx)
-        self.averager = FederatedAverager(
+        self.averager = self.make_averager(
             list(model.parameters()),
             self.mesh.get_group("fed"),
             self.dims.K,
@@ -114,6 +114,11 @@ class Federated(Strategy):
             off_ledger=lambda: _ledger_off(ctx),
         )
         return model
+
+    def make_averager(self, *args, **kwargs) -> FederatedAverager:
+        """The aggregation over the `fed` group (FederatedAverager's arguments); a method that aggregates otherwise
+        returns its own kind."""
+        return FederatedAverager(*args, **kwargs)
 
     def _wrap(self, model: nn.Module, ctx: Context) -> nn.Module:
         if self.inner == "fsdp":

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 from reproductions.merging import metrics  # noqa: F401  (registers the claim metric over the merge step's records)
+from reproductions.merging.aggregation import MergedDiLoCo
 from reproductions.merging.merge import (
     MergeError,
     ensemble_log_probs,
@@ -19,6 +20,7 @@ from suite.extensions import Reproduction
 REPRODUCTION = Reproduction(
     name="merging",
     description="Soups, task arithmetic, TIES and SWA over fine-tunes of one llama-tiny: per task and held out",
+    methods=(MergedDiLoCo,),
     plan=plan,
     presets=("smoke", "quality", "gpu"),
     claims=Path(__file__).with_name("claims.yaml"),
@@ -27,6 +29,7 @@ REPRODUCTION = Reproduction(
 __all__ = [
     "REPRODUCTION",
     "MergeError",
+    "MergedDiLoCo",
     "ensemble_log_probs",
     "greedy_soup",
     "load_dcp",
