@@ -56,12 +56,43 @@ class Runs:
             record = read_record(lines[-1])
             record["_stderr"] = proc.stderr
             self._cache[key] = record
-        return self._cache[key]
+        record = self._cache[key]
+        if expect_ok:  # a shared launch's run (share) is checked here, where its test reads it
+            assert record["status"] in FINISHED, record.get("error")
+        return record
+
+    def share(self, commands: list[tuple[str, ...]]) -> None:
+        """Run those of `commands` (no environment of their own) not run yet in shared launches (SharedRuns), so that
+        a module's checks pay one launch per world size; their records lack `_stderr`."""
+        todo = [args for args in dict.fromkeys(commands) if (args, ()) not in self._cache]
+        if todo:
+            folder = self.folder / f"shared{len(self._cache)}"
+            for args, record in _shared_records(folder, todo, self.tail).items():
+                self._cache[(args, ())] = record
 
 
 @pytest.fixture(scope="session")
 def runs(tmp_path_factory) -> Runs:
     return Runs(tmp_path_factory.mktemp("runs"))
+
+
+def _shared_records(folder: Path, commands: list[tuple[str, ...]], tail: list[str]) -> dict[tuple[str, ...], dict]:
+    """The record of each command, every run of one world size in one launch (suite/multirun.py)."""
+    from suite.cli import check_config, config_from_args, parser
+    from suite.multirun import launch_runs
+
+    by_world: dict[int, list] = {}
+    for i, args in enumerate(dict.fromkeys(commands)):
+        argv = ["run", *args, *tail, "--results", str(folder / f"r{i}")]
+        cfg = config_from_args(parser(argv).parse_args(argv), argv)
+        check_config(cfg)
+        by_world.setdefault(cfg.nproc, []).append((args, cfg))
+    records = {}
+    for group in by_world.values():
+        paths = launch_runs([(shlex.join(args), cfg) for args, cfg in group])
+        for (args, _), path in zip(group, paths, strict=True):
+            records[args] = read_record(path)
+    return records
 
 
 class SharedRuns:
@@ -71,20 +102,7 @@ class SharedRuns:
     tests/test_multirun.py checks that a run of a shared launch records what a launch of its own does."""
 
     def __init__(self, folder: Path, commands: list[tuple[str, ...]], tail: list[str] = TINY) -> None:
-        from suite.cli import check_config, config_from_args, parser
-        from suite.multirun import launch_runs
-
-        by_world: dict[int, list] = {}
-        for i, args in enumerate(dict.fromkeys(commands)):
-            argv = ["run", *args, *tail, "--results", str(folder / f"r{i}")]
-            cfg = config_from_args(parser(argv).parse_args(argv), argv)
-            check_config(cfg)
-            by_world.setdefault(cfg.nproc, []).append((args, cfg))
-        self._records: dict[tuple[str, ...], dict] = {}
-        for group in by_world.values():
-            paths = launch_runs([(shlex.join(args), cfg) for args, cfg in group])
-            for (args, _), path in zip(group, paths, strict=True):
-                self._records[args] = read_record(path)
+        self._records = _shared_records(folder, commands, tail)
 
     def __call__(self, *args: str) -> dict:
         record = self._records[args]

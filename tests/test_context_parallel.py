@@ -17,12 +17,26 @@ P = models.num_params(models.build_model("llama-tiny"))
 KV = ROWS * SEQ * CFG["n_kv_heads"] * (CFG["dim"] // CFG["n_heads"]) * 4  # one block's keys (or values), fp32
 
 
+DDP = ("ddp", "--nproc", "2", "--tokens", str(3 * ROWS * SEQ))  # test_harness_runs.py's and others': launched once
+
+
 def cp(runs, nproc: int, *extra: str) -> dict:
-    return runs("cp", "--nproc", str(nproc), "--set", f"micro_batch={ROWS}", "--tokens", str(3 * ROWS * SEQ), *extra)
+    return runs(*_cp_args(nproc, *extra))
 
 
-def ddp(runs) -> dict:  # the command of test_harness_runs.py and test_model_parallel_runs.py: launched once
-    return runs("ddp", "--nproc", "2", "--tokens", str(3 * ROWS * SEQ))
+def ddp(runs) -> dict:
+    return runs(*DDP)
+
+
+def _cp_args(nproc: int, *extra: str) -> tuple[str, ...]:
+    return ("cp", "--nproc", str(nproc), "--set", f"micro_batch={ROWS}", "--tokens", str(3 * ROWS * SEQ), *extra)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _shared(runs):
+    """One launch per world size for the module's runs (tests/conftest.py, Runs.share)."""
+    extras = ((), ("--ac",), ("--precision", "bf16"))
+    runs.share([*(_cp_args(2, *e) for e in extras), _cp_args(4), DDP])
 
 
 def per_step(record: dict, rank: int, op: str) -> float:

@@ -31,13 +31,28 @@ def global_rows(nproc: int) -> int:
     return ROWS // nproc * nproc
 
 
-def ep(moe_runs, nproc: int, *extra: str) -> dict:
+def _ep_args(nproc: int, *extra: str) -> tuple[str, ...]:
     rows, tokens = ["--set", f"micro_batch={ROWS // nproc}"], ["--tokens", str(STEPS * global_rows(nproc) * SEQ)]
-    return moe_runs("ep", "--nproc", str(nproc), *rows, *tokens, *extra)
+    return ("ep", "--nproc", str(nproc), *rows, *tokens, *extra)
+
+
+def _one_args(rows: int) -> tuple[str, ...]:
+    return ("ddp", "--nproc", "1", "--set", f"micro_batch={rows}", "--tokens", str(STEPS * rows * SEQ))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _shared(moe_runs):
+    """One launch per world size for the module's runs (tests/conftest.py, Runs.share)."""
+    ep_runs = [_ep_args(n) for n in (2, 3, 4)] + [_ep_args(2, *e) for e in (("--ac",), ("--precision", "bf16"))]
+    moe_runs.share([*ep_runs, *(_one_args(global_rows(n)) for n in (2, 3, 4))])
+
+
+def ep(moe_runs, nproc: int, *extra: str) -> dict:
+    return moe_runs(*_ep_args(nproc, *extra))
 
 
 def one_process(moe_runs, rows: int = ROWS) -> dict:
-    return moe_runs("ddp", "--nproc", "1", "--set", f"micro_batch={rows}", "--tokens", str(STEPS * rows * SEQ))
+    return moe_runs(*_one_args(rows))
 
 
 def first_expert(nproc: int, rank: int) -> int:

@@ -28,6 +28,27 @@ def steps3(nproc: int) -> list[str]:
     return ["--tokens", str(3 * nproc * 8 * 128)]
 
 
+BF16_SMALL = ["--tokens", "768", "--set", "micro_batch=2", "--set", "seq_len=64"]  # 3 steps: the ledger's is step 2
+# every command below but those whose test reads the launch itself (its stderr, an environment of its own)
+SHARED = [
+    *(("ddp", "--nproc", str(n), *steps3(n)) for n in (2, 3, 4)),
+    *(("fsdp", "--nproc", str(n), *steps3(n)) for n in (2, 3, 4)),
+    ("hsdp", "--nproc", "4", "--set", "micro_batch=4", *STEPS3),
+    *(("ddp", "--nproc", "2", "--optimizer", o, *STEPS3) for o in ("muon", "dion")),
+    *((m, "--nproc", "2", "--ac", *STEPS3) for m in ("ddp", "fsdp")),
+    *((m, "--nproc", "2", "--precision", "bf16", *BF16_SMALL) for m in ("ddp", "fsdp")),
+    ("ddp", "--nproc", "2", "--flops", "1e11"),
+    ("ddp", "--nproc", "2", "--time", "3"),
+    ("ddp", "--nproc", "2", "--target", "9.0", "--max-tokens", "20000"),
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _shared(runs):
+    """One launch per world size for the module's runs (tests/conftest.py, Runs.share)."""
+    runs.share(SHARED)
+
+
 def ops(record: dict, rank: int = 0) -> dict[tuple[str, str], dict]:
     return {(o["op"], o["group"]): o for o in record["comm"]["per_rank"][rank]["ops"]}
 
@@ -140,9 +161,8 @@ def test_bf16_halves_fsdp_gather_bytes_and_still_learns(runs):
     # one small step each: bf16 matmuls are emulated on CPUs without AVX-512 BF16 (30x slower than fp32);
     # bytes per step do not depend on the batch, and the first loss of a fresh model is about ln(256)
     fp32 = runs("fsdp", "--nproc", "2", *STEPS3)
-    small = ["--tokens", "768", "--set", "micro_batch=2", "--set", "seq_len=64"]  # 3 steps: the ledger's is step 2
-    bf16 = runs("fsdp", "--nproc", "2", "--precision", "bf16", *small)
-    ddp = runs("ddp", "--nproc", "2", "--precision", "bf16", *small)
+    bf16 = runs("fsdp", "--nproc", "2", "--precision", "bf16", *BF16_SMALL)
+    ddp = runs("ddp", "--nproc", "2", "--precision", "bf16", *BF16_SMALL)
 
     def per_step(rec, op):
         return ops(rec)[(op, "shard")]["bytes"] / rec["comm"]["steps"]

@@ -155,11 +155,36 @@ def test_a_model_without_neuron_layers_names_the_fix():
 
 
 # ---- real gloo runs ----------------------------------------------------------------------------------------
-def nsdp(runs, nproc: int, *sets: str, meters: bool = True) -> dict:
+def _nsdp_args(nproc: int, *sets: str, meters: bool = True) -> tuple[str, ...]:
     args = ["n-sdp", "--nproc", str(nproc), *SMALL, "--set", "check_every=1", *([] if meters else ["--no-meters"])]
     for s in sets:
         args += ["--set", s]
-    return runs(*args)
+    return tuple(args)
+
+
+def nsdp(runs, nproc: int, *sets: str, meters: bool = True) -> dict:
+    return runs(*_nsdp_args(nproc, *sets, meters=meters))
+
+
+DDP_SMALL = ("ddp", "--nproc", "2", *SMALL)
+DDP_FROZEN = (*DDP_SMALL, "--set", "lr=0", "--no-meters")  # lr = 0: the weights never move
+
+
+@pytest.fixture(scope="module")
+def shared(runs):
+    """The gloo runs of this module's slow checks, one launch per world size (tests/conftest.py, Runs.share)."""
+    runs.share(
+        [
+            DDP_SMALL,
+            DDP_FROZEN,
+            _nsdp_args(2, "C=1"),
+            _nsdp_args(2, "C=0.75"),
+            _nsdp_args(3, "C=0.5"),
+            _nsdp_args(2, "C=0.75", "aggregation=dense"),
+            _nsdp_args(3, "C=0.5", "lr=0", meters=False),
+        ]
+    )
+    return runs
 
 
 def image_run(tmp_path, method: str, *sets: str) -> dict:
@@ -192,9 +217,9 @@ def image_run(tmp_path, method: str, *sets: str) -> dict:
 
 
 @pytest.mark.slow
-def test_c1_equals_ddp_bit_for_bit(runs):
-    ddp = runs("ddp", "--nproc", "2", *SMALL)
-    full = nsdp(runs, 2, "C=1")
+def test_c1_equals_ddp_bit_for_bit(shared):
+    ddp = shared(*DDP_SMALL)
+    full = nsdp(shared, 2, "C=1")
     assert ddp["status"] == full["status"] == "complete"
     assert len(ddp["curve"]) >= 2
     assert losses(full) == losses(ddp)
@@ -209,8 +234,8 @@ def test_c1_equals_ddp_bit_for_bit(runs):
         (2, ["C=0.75", "aggregation=dense"]),
     ],
 )
-def test_holders_stay_identical_and_bytes_match_the_formula(runs, nproc, sets):
-    record = nsdp(runs, nproc, *sets)
+def test_holders_stay_identical_and_bytes_match_the_formula(shared, nproc, sets):
+    record = nsdp(shared, nproc, *sets)
     assert record["status"] == "complete", record.get("error")
     info = record["parallel"]["sdp"]
     assert info["unit"] == "MLP neuron group"
@@ -221,11 +246,11 @@ def test_holders_stay_identical_and_bytes_match_the_formula(runs, nproc, sets):
 
 
 @pytest.mark.slow
-def test_evaluation_assembles_the_full_model(runs):
+def test_evaluation_assembles_the_full_model(shared):
     """With lr = 0 the weights never move, so rank 0's assembled model is the initial full model: DDP's val loss."""
     # only the val losses are read: both runs without the meters
-    ddp = runs("ddp", "--nproc", "2", *SMALL, "--set", "lr=0", "--no-meters")
-    masked = nsdp(runs, 3, "C=0.5", "lr=0", meters=False)
+    ddp = shared(*DDP_FROZEN)
+    masked = nsdp(shared, 3, "C=0.5", "lr=0", meters=False)
     initial = {p["val_loss"] for p in ddp["curve"] if p["val_loss"] is not None}
     assert len(initial) == 1
     assert {p["val_loss"] for p in masked["curve"] if p["val_loss"] is not None} == initial
