@@ -337,8 +337,12 @@ def _n_quality(samples: Samples) -> int:
 
 
 def _arms(claim: Claim) -> str:
+    """The claim's sides as a reader tells them apart: each method with the optimizer the claim names for it, as arm
+    labels write them (dion's arms are all ddp, so "ddp and ddp" said nothing; no parentheses, which the glance
+    figure drops as asides)."""
     m = claim.metric
-    return " and ".join(x for x in (m["method"], m.get("baseline")) if x)
+    sides = ((m["method"], m.get("optimizer")), (m.get("baseline"), m.get("baseline_optimizer")))
+    return " and ".join(f"{method} {optimizer}" if optimizer else method for method, optimizer in sides if method)
 
 
 def _selected(claim: Claim, df: pd.DataFrame) -> pd.DataFrame:
@@ -509,7 +513,7 @@ def _judge(claim: Claim, samples: Samples) -> dict[str, Any]:
         if (n := _n_seeds(samples)) < claim.seeds_needed:
             return {
                 "verdict": "inconclusive",
-                "reason": f"{n} seed(s) of {_arms(claim)}; the claim needs {claim.seeds_needed}",
+                "reason": f"{n} seed{'' if n == 1 else 's'} of {_arms(claim)}; the claim needs {claim.seeds_needed}",
             }
         result = _judge_band(claim, samples)
         if claim.derived and claim.has_paper_value:

@@ -108,7 +108,7 @@ def test_a_seed_that_never_reaches_the_target_gives_no_value_and_the_reason_says
     method = [curve(2.5, 1.5, 1.4, 1.3), curve(2.6, 2.2, 1.8, 1.7), curve(2.9, 2.5, 2.3, 2.1)]
     verdict = evaluate(to_target(), _sides(method, BASELINE))
     assert verdict.verdict == "inconclusive" and verdict.n_seeds == 2
-    assert "2 seed(s) of m and ddp; the claim needs 3" in verdict.reason
+    assert "2 seeds of m and ddp; the claim needs 3" in verdict.reason
     assert "2 of 3 seeds of the method's arm (seed 2 did not reach the target in 40,960 tokens (final 2.1))" in (
         verdict.reason
     )
