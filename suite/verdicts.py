@@ -583,7 +583,7 @@ def _too_short(claim: Claim, samples: Samples) -> str:
     worst = float(changes.max())
     if worst > claim.plateau.value:
         return (
-            f"runs too short: the baseline's validation loss still changed by {worst:.1%} over the last fifth of its "
+            f"runs too short: the baseline's validation loss still changed by {worst:.2%} over the last fifth of its "
             f"steps; the claim needs less than {claim.plateau.value:.1%} ({claim.plateau.source})"
         )
     return ""

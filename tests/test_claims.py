@@ -308,7 +308,7 @@ def test_quality_runs_whose_baseline_loss_still_falls_are_too_short():
     )
     method = rows("m", [2.00, 2.01, 2.02], "final_val_loss", val_change_last_fifth=0.001)
     steep = evaluate(c, frame(method, rows("ddp", [2.3] * 3, "final_val_loss", val_change_last_fifth=0.15)))
-    assert steep.verdict == "inconclusive" and "runs too short" in steep.reason and "15.0%" in steep.reason
+    assert steep.verdict == "inconclusive" and "runs too short" in steep.reason and "15.00%" in steep.reason
     flat = evaluate(c, frame(method, rows("ddp", [2.30, 2.31, 2.29], "final_val_loss", val_change_last_fifth=0.01)))
     assert flat.verdict == "reproduced"
 
@@ -348,7 +348,7 @@ def test_the_plateau_reads_the_baseline_arm_when_both_sides_share_a_method():
         )  # fmt: skip
 
     steep = evaluate(c, frame(arm("dion", [2.00, 2.01, 2.02], 0.001), arm("adamw", [2.30, 2.31, 2.29], 0.15)))
-    assert steep.verdict == "inconclusive" and "15.0%" in steep.reason
+    assert steep.verdict == "inconclusive" and "15.00%" in steep.reason
     flat = evaluate(c, frame(arm("dion", [2.00, 2.01, 2.02], 0.15), arm("adamw", [2.30, 2.31, 2.29], 0.001)))
     assert flat.verdict == "reproduced"
 

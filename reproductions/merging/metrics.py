@@ -25,13 +25,17 @@ def _rows(df: pd.DataFrame, item: str) -> tuple[dict[int, float], pd.DataFrame]:
         return {}, found
     newest = found.sort_values("run_id").iloc[[-1]]
     record = json.loads(Path(newest["path"].iloc[0]).read_text(encoding="utf-8"))
-    rows = {r["shape"]["seed"]: {**r["extra"], "time_s_median": r["time_s_median"]} for r in record["micro"]["rows"]}
+    rows = {
+        r["shape"]["seed"]: {**r["extra"], "time_s_median": r["time_s_median"], "base": r["shape"]["base"]}
+        for r in record["micro"]["rows"]
+    }
     return rows, newest
 
 
-def _finetunes(df: pd.DataFrame, seeds: list[int]) -> pd.DataFrame:
-    """The training runs started from another model's weights, of these seeds (the merges' ingredients)."""
-    started = df["arm_config"].map(lambda c: json.loads(c).get("init_from") is not None).astype(bool)
+def _finetunes(df: pd.DataFrame, seeds: list[int], bases: set[str]) -> pd.DataFrame:
+    """The training runs of these seeds started from one of `bases` (the merges' ingredients: a folder holding two
+    presets' runs holds fine-tunes of two bases, and only the merged ones show the plateau)."""
+    started = df["arm_config"].map(lambda c: json.loads(c).get("init_from") in bases).astype(bool)
     return df[started & df["seed"].isin(seeds) & df["provenance"].eq("measured")]
 
 
@@ -46,6 +50,6 @@ def micro_merge(df: pd.DataFrame, method: str, baseline: str, field: str) -> Sam
     base = np.array([theirs[s][field] for s in seeds], dtype=float)
     used = pd.concat([mine_used, theirs_used]) if seeds else mine_used.iloc[:0]
     settings = ("merge step",) * len(seeds)  # the seeds of one setting
-    runs = _finetunes(df, seeds)
+    runs = _finetunes(df, seeds, {mine[s]["base"] for s in seeds})
     # without the fine-tunes' records no plateau can be shown: the item's own rows have no validation curve
     return Samples(values, used, settings, base, runs if not runs.empty else theirs_used)
