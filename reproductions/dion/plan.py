@@ -25,10 +25,10 @@ them (tests/test_card_commands.py checks that every smoke run is read by a card)
 Tune (CPU, 966 s measured on 2 cores, results/dion-tune): AdamW, Muon and Dion at rank 1/4 on seed 0, TUNE_STEPS
 steps of the quality preset's corpus and schedule rule, six rates each (TUNE_GRID), filed as TUNE_SWEEP; its
 winners are LR_TUNED.
-Quality (CPU, estimated 64 minutes on 2 quiet cores, see quality_wall_s): the four quality arms (AdamW,
-Muon, Dion at rank 1/4 and at full rank, micro-batch 8, one process; the claims name them by their micro-batch, the
-cost runs' is 4) on the stdlib corpus at two budgets a factor 2 apart
-(LONG_STEPS), seeds QUALITY_SEEDS, one schedule for every arm (QUALITY_SCHEDULE: warm-up over 10% of the steps,
+Quality (CPU, 4,796 s measured on 2 cores, results/dion-quality; estimated 64 minutes, see quality_wall_s): the four
+quality arms (AdamW, Muon, Dion at rank 1/4 and at full rank, micro-batch 8, one process; the claims name them by
+their micro-batch, the cost runs' is 4) on the stdlib corpus at two budgets a factor 2 apart (LONG_STEPS), seeds
+QUALITY_SEEDS, one schedule for every arm (QUALITY_SCHEDULE: warm-up over 10% of the steps,
 then cosine over the budget), each at its rate from the tune (LR_TUNED; Dion's serves both of its ranks);
 GPU: llama-134m, the quality arms (sweep, then seeds at the picked rates) and every cost arm (GPU_DDP_ARMS over
 TIME_SEEDS, GPU_FSDP_ARMS once) on every visible GPU: the wall-clock claims are about GPUs, and this
@@ -74,6 +74,7 @@ QUALITY_SCHEDULE = Schedule(warmup=0.1)
 # Factor-2 steps around the smoke picks (LR_PICKED). The AdamW part of Muon and Dion stays at SCALAR_LR, fixed before
 # the tune, so the tune moves the matrix optimizer's rate only.
 TUNE_SWEEP = "dion-quality-lr-sweep"
+SWEPT_ARMS = (("adamw", {}), ("muon", {}), ("dion", {"rank_fraction": QUALITY_FRACTION}))  # the sweeps' and the tune's
 TUNE_STEPS = 200
 TUNE_MATRIX_GRID = (0.0125, 0.025, 0.05, 0.1, 0.2, 0.4)
 TUNE_GRID = {"adamw": (5e-4, 1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2), "muon": TUNE_MATRIX_GRID, "dion": TUNE_MATRIX_GRID}
@@ -178,10 +179,9 @@ def sweep_runs(common: dict, steps: int) -> list[RunConfig]:
     """The learning-rate sweep on seed 0, every rate of LR_GRID, `steps` steps of the same tokens each, filed as
     SWEEP (no card counts them; LR_PICKED are its winners)."""
     budget = {"tokens": _tokens(steps, common["nproc"], common)}
-    arms = [("adamw", {}), ("muon", {}), ("dion", {"rank_fraction": QUALITY_FRACTION})]
     return [
         RunConfig(optimizer=o, lr=lr, seed=0, variant=_arm(o, v), reproduction=SWEEP, **budget, **common)
-        for o, v in arms
+        for o, v in SWEPT_ARMS
         for lr in LR_GRID[o]
     ]
 
@@ -224,13 +224,12 @@ def tune_runs() -> list[RunConfig]:
     rate of TUNE_GRID, rate by rate (a tune stopped midway leaves every optimizer with nearly as many trials)."""
     common = {**LONG, **QUALITY_SCHEDULE.settings(TUNE_STEPS)}
     budget = {"tokens": _tokens(TUNE_STEPS, common["nproc"], common)}
-    arms = [("adamw", {}), ("muon", {}), ("dion", {"rank_fraction": QUALITY_FRACTION})]
     return [
         RunConfig(
             optimizer=o, lr=TUNE_GRID[o][i], seed=0, variant=_arm(o, v), reproduction=TUNE_SWEEP, **budget, **common
         )
         for i in range(len(TUNE_MATRIX_GRID))
-        for o, v in arms
+        for o, v in SWEPT_ARMS
     ]
 
 

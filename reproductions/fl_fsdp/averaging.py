@@ -80,15 +80,23 @@ class FederatedAverager:
             if not torch.allclose(mean, expected, rtol=1e-6, atol=1e-7):
                 raise AssertionError("the averaged shard is not the mean of the averaging group's shards")
         if self.outer is not None:
-            self.anchor.grad = self.anchor - mean  # pseudo-gradient: theta_prev - mean(theta_i)
-            self.outer.step()
-            for t, new in zip(self.local, _unflatten_dense_tensors(self.anchor.detach(), self.local)):
-                t.copy_(new)
+            self.outer_step(mean)
         if check:
-            flat = _flatten_dense_tensors(self.local)
-            if any(not torch.equal(g, flat) for g in self._gather()):
-                raise AssertionError("averaging group members differ after averaging")
+            self.check_equal()
         self.rounds += 1
+
+    def outer_step(self, target: torch.Tensor) -> None:
+        """The outer optimizer's step on the pseudo-gradient theta_prev - target, copied into the parameters."""
+        self.anchor.grad = self.anchor - target
+        self.outer.step()
+        for t, new in zip(self.local, _unflatten_dense_tensors(self.anchor.detach(), self.local)):
+            t.copy_(new)
+
+    def check_equal(self) -> None:
+        """AssertionError unless every member of the group holds the same shard (its collectives off the ledger)."""
+        flat = _flatten_dense_tensors(self.local)
+        if any(not torch.equal(g, flat) for g in self._gather()):
+            raise AssertionError("averaging group members differ after averaging")
 
     def _gather(self) -> list[torch.Tensor]:
         """Every member's flat shard, after checking that all hold the same place of the same tensors."""

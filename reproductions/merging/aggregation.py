@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+from torch._utils import _flatten_dense_tensors
 
 from reproductions.fl_fsdp.averaging import FederatedAverager
 from reproductions.fl_fsdp.method import DiLoCo
@@ -46,15 +46,9 @@ class MergingAverager(FederatedAverager):
         flat = _flatten_dense_tensors(self.local)
         shards = [torch.empty_like(flat) for _ in range(self.k)]
         dist.all_gather(shards, flat, group=self.group)  # the method's own traffic: on the ledger
-        merged = merged_point(self.anchor.detach(), shards, self.merge, self.lam, self.density)
-        self.anchor.grad = self.anchor - merged  # pseudo-gradient: theta_prev - merge(theta_i)
-        self.outer.step()
-        for t, new in zip(self.local, _unflatten_dense_tensors(self.anchor.detach(), self.local)):
-            t.copy_(new)
+        self.outer_step(merged_point(self.anchor.detach(), shards, self.merge, self.lam, self.density))
         if check:
-            flat = _flatten_dense_tensors(self.local)
-            if any(not torch.equal(g, flat) for g in self._gather()):
-                raise AssertionError("federation groups differ after merging")
+            self.check_equal()
         self.rounds += 1
 
 
