@@ -13,6 +13,7 @@ from suite.launch import launch
 from suite.meters.memory import CATEGORIES
 from suite.multirun import launch_runs, shares_launch
 from suite.records import read_record
+from tests.peaks import exact_memory, peaks_agree
 
 pytestmark = pytest.mark.slow
 
@@ -28,17 +29,15 @@ def _runs(results) -> list[RunConfig]:
 
 
 def _measured(rec: dict) -> dict:
-    """What a run measured, without its timings, identity and process-level numbers (RSS)."""
-    memory = [
-        {k: row[k] for k in (*CATEGORIES, "peak_bytes")} | {"rank": row["rank"]} for row in rec["memory"]["per_rank"]
-    ]
+    """What a run measured, without its timings, identity, process-level numbers (RSS) and FSDP2's split at the
+    peak (tests/peaks.py)."""
     return {
         "status": rec["status"],
         "curve": [{k: p[k] for k in ("step", "tokens", "flops", "train_loss", "val_loss")} for p in rec["curve"]],
         "totals": {k: v for k, v in rec["totals"].items() if k != "wall_s"},
         "comm": rec["comm"]["per_rank"],
         "comm_steps": rec["comm"]["steps"],
-        "memory": memory,
+        "memory": exact_memory(rec, (*CATEGORIES, "peak_bytes")),
         "state": [{k: v for k, v in row.items() if k.startswith("state")} for row in rec["memory"]["per_rank"]],
         "model": rec["model"],
         "parallel": rec["parallel"],
@@ -53,6 +52,7 @@ def test_each_run_of_a_shared_launch_equals_a_separate_launch(tmp_path):
     for together, apart in zip(shared, alone, strict=True):
         assert together["status"] == "complete"
         assert _measured(together) == _measured(apart)
+        assert peaks_agree(together, apart)
     assert shared[1]["timing"]["before_s"] < alone[1]["timing"]["before_s"]  # no start-up for the second run
     assert all(r["timing"]["steps_s"]["timed"] > 0 for r in shared)
 

@@ -3,7 +3,8 @@
 One launch per world size runs every case (tests/resume_worker.py): the uninterrupted run checkpoints at
 step 4 of 8, and a second run continues from a copy of that checkpoint. Equal means the same training and
 validation losses at every step, the same totals, meters' sections, parameter groups and protocol; only
-what is timed (wall-clock, throughput) and the process's RSS (which differs between any two runs) may differ.
+what is timed (wall-clock, throughput), the process's RSS (which differs between any two runs) and FSDP2's split
+at the peak (tests/peaks.py) may differ.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from suite.records import read_record
+from tests.peaks import exact_memory, peaks_agree
 
 ROOT = Path(__file__).resolve().parent.parent
 EVERY = 4
@@ -84,11 +86,11 @@ TIMED = {"wall_s", "tokens_per_s", "samples_per_s"}
 
 
 def _untimed(rec: dict) -> dict:
-    memory = [{k: v for k, v in row.items() if k != "rss_peak_bytes"} for row in rec["memory"]["per_rank"]]
+    keys = tuple(k for k in rec["memory"]["per_rank"][0] if k not in ("rss_peak_bytes", "rank"))
     return {
         "curve": [{k: v for k, v in p.items() if k not in TIMED} for p in rec["curve"]],
         "totals": {k: v for k, v in rec["totals"].items() if k not in TIMED},
-        "memory": memory,
+        "memory": exact_memory(rec, keys),
         "comm": rec["comm"],
         "protocol": rec["protocol"],
         "optimizer": rec["optimizer"],
@@ -105,5 +107,6 @@ def test_resumed_run_equals_uninterrupted(resumed, world, name):
     assert a["status"] == b["status"] == "complete"
     assert [p["step"] for p in a["curve"]] == list(range(1, 9))
     assert _untimed(b) == _untimed(a)
+    assert peaks_agree(a, b)
     assert b["faults"]["resumes"][0]["from_step"] == EVERY
     assert a["faults"]["checkpoints_written"] == 1  # step 8 ends the run: no checkpoint there
