@@ -378,6 +378,12 @@ def _samples_of(claim: Claim, rows: pd.DataFrame, label: str, overrides: dict | 
     return METRICS[claim.metric["name"]](rows[rows["evidence"] == label], **args)
 
 
+def seed_samples(claim: Claim, rows: pd.DataFrame) -> Samples:
+    """The claim's metric over the runs a verdict used (`rows`, one kind of evidence): a report draws the seeds of a
+    metric whose values are rows of its records (a merge step's, a microbenchmark's) with it."""
+    return _samples_of(claim, rows, rows["evidence"].iloc[0])
+
+
 def _decisive(claim: Claim, rows: pd.DataFrame, allow_measured: bool) -> tuple[Samples | None, str | None, str]:
     """Samples from the first kind of evidence the claim accepts that has any: measured (on hardware that
     meets the requirements), then counted, then estimated, each where the claim allows it. Simulated numbers

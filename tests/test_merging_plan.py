@@ -18,7 +18,8 @@ from suite.micro import micro_record
 from suite.models import build_model
 from suite.plans import load_plan
 from suite.records import read_record, write_record
-from suite.verdicts import judge_all
+from suite.report.glance import metric_sides
+from suite.verdicts import claim_frame, judge_all
 
 SMALL = {"dim": 32, "n_layers": 1, "n_heads": 2, "n_kv_heads": 2, "ffn_dim": 64, "max_seq_len": 64}
 EVAL = {"n_batches": 1, "batch": 2, "seq_len": 32}
@@ -145,3 +146,9 @@ def test_merge_step_records_are_valid_and_the_claims_read_them(files, tmp_path):
     for verdict in verdicts.values():
         assert verdict.verdict == "inconclusive" and verdict.n_seeds == 3, verdict.reason
         assert "runs too short" in verdict.reason or "every seed gives the same value" in verdict.reason
+    # the glance panels draw each side's seeds from the merge step's rows, which no summary field holds
+    frame = claim_frame(records)
+    for claim in claims_for("merging"):
+        sides = metric_sides(claim, verdicts[claim.id], frame)
+        assert [label for label, _ in sides] == [claim.metric["method"], claim.metric["baseline"]]
+        assert [len(values) for _, values in sides] == [3, 3]

@@ -3,8 +3,9 @@
 Ratio claims share one log axis: the paper's value (a black tick) inside its band (grey), our value with
 what was judged against the band (the seeds' interval or the range over settings), and values shown beside
 the verdict (projections, other settings) in grey. Other claims (quality, absolute values) get a small panel
-each with every seed of the method and of the baseline; a microbenchmark's claim, whose numbers are rows of its
-record rather than fields of the claim frame, shows the verdict's value alone. The glance table beside the
+each with every seed of the method and of the baseline; where a claim's numbers are rows of its records rather
+than fields of the claim frame, its metric gives the seeds of both sides (a quality metric: the merge step's) or
+the verdict's value alone (a microbenchmark's). The glance table beside the
 figures carries each claim's numbers as text (pages.glance_rows). The marker tells measured (circle), estimated
 (diamond) and projected (simulated: triangle) apart; the colour is the verdict, which is also written out.
 Seed values are read from the records the verdict names (Verdict.run_ids), through suite.verdicts.claim_frame.
@@ -25,9 +26,9 @@ from matplotlib.ticker import FuncFormatter
 from matplotlib.transforms import blended_transform_factory
 
 from suite.claims import Claim
-from suite.metrics import RATIOS, side
+from suite.metrics import QUALITY, RATIOS, side
 from suite.report.figures import Chart, chart, figure, margins, safe, text_inches, wrap
-from suite.verdicts import VERDICTS, Verdict
+from suite.verdicts import VERDICTS, Verdict, seed_samples
 
 COLOURS = {
     "reproduced": "#137333",
@@ -351,9 +352,8 @@ def panel_chart(panels: list[tuple[Claim, Verdict]], frame: pd.DataFrame) -> Cha
 
 def _panel(ax, claim: Claim, verdict: Verdict, frame: pd.DataFrame) -> list[str]:
     rows = _values(frame, verdict.run_ids, claim.metric.get("field"))
-    arms = [(safe(label, 28), values) for label, values in _sides(claim, rows)]
-    if rows.empty:  # the verdict's one value: a microbenchmark's number (module docstring)
-        arms = [(safe(claim.metric.get("method", "ours"), 28), pd.Series([verdict.measured]))]
+    sides = _sides(claim, rows) if not rows.empty else metric_sides(claim, verdict, frame)
+    arms = [(safe(label, 28), values) for label, values in sides]
     colour = COLOURS[verdict.verdict]
     for y, (_, values) in enumerate(arms):
         method_arm = y == 0
@@ -391,6 +391,19 @@ def _panel(ax, claim: Claim, verdict: Verdict, frame: pd.DataFrame) -> list[str]
     ax.tick_params(labelsize="small")
     ax.xaxis.get_offset_text().set_fontsize("small")
     return [a for a, _ in arms]
+
+
+def metric_sides(claim: Claim, verdict: Verdict, frame: pd.DataFrame) -> list[tuple[str, pd.Series]]:
+    """Where the claim's values are rows of its records, not fields of the frame: a quality metric's seeds of
+    both sides as the metric gives them (the merge step's items), else the verdict's one value (a
+    microbenchmark's number, module docstring)."""
+    m = claim.metric
+    used = frame[frame["run_id"].isin(verdict.run_ids)] if not frame.empty else frame
+    if m["name"] in QUALITY and m.get("baseline") and not used.empty:
+        samples = seed_samples(claim, used)
+        if len(samples.values):
+            return [(m["method"], pd.Series(samples.values)), (m["baseline"], pd.Series(samples.baseline))]
+    return [(m.get("method", "ours"), pd.Series([verdict.measured]))]
 
 
 def _unit_label(claim: Claim) -> str:
