@@ -78,6 +78,22 @@ def micro(
     return Samples(np.array(values, dtype=float), used, tuple(settings))
 
 
+# a least-squares fit's last bits depend on the BLAS kernel of the machine (one slope came out 1.9711474164844074
+# on one 2-core host and ...065 on another); its inputs are counts, so 12 significant digits keep all the data
+# says and the pages rebuild the same anywhere
+FIT_DIGITS = 12
+
+
+def fitted(value: float) -> float:
+    """A fitted value to FIT_DIGITS significant digits."""
+    return float(f"{value:.{FIT_DIGITS}g}")
+
+
+def loglog_slope(x: np.ndarray, y: np.ndarray) -> float:
+    """The least-squares slope of log y against log x."""
+    return fitted(np.polyfit(np.log(np.asarray(x, dtype=float)), np.log(np.asarray(y, dtype=float)), 1)[0])
+
+
 @metric("micro-slope", fields=None)
 def micro_slope(df: pd.DataFrame, method: str, field: str, x: str, variant: dict | None = None) -> Samples:
     """The least-squares slope of log `field` against log `x` over the rows of item `method` matching `variant`."""
@@ -85,5 +101,5 @@ def micro_slope(df: pd.DataFrame, method: str, field: str, x: str, variant: dict
     points = [(r[x], r[field]) for r in _match(rows, variant) if r.get(field)]
     if len(points) < 2:
         return Samples(np.array([], dtype=float), used.iloc[:0])
-    xs, ys = np.log(np.array(points, dtype=float)).T
-    return Samples(np.array([np.polyfit(xs, ys, 1)[0]]), used, (f"{_label(variant)} over {x}",))
+    xs, ys = np.array(points, dtype=float).T
+    return Samples(np.array([loglog_slope(xs, ys)]), used, (f"{_label(variant)} over {x}",))

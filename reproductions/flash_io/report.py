@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 
+from reproductions.flash_io.metrics import FIT_DIGITS, fitted, loglog_slope
 from suite.atomic import write_text
 from suite.records import load_records
 from suite.report import Section, render_page
@@ -56,11 +57,6 @@ def micro_rows(records: list[dict], item: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def slope(x: pd.Series, y: pd.Series) -> float:
-    """The least-squares slope of log y against log x."""
-    return float(np.polyfit(np.log(x.astype(float)), np.log(y.astype(float)), 1)[0])
-
-
 def theorem2_constants(df: pd.DataFrame) -> dict:
     """Constants of standard = a N d + b N^2 and tiled = a N^2 d^2 / M + b N d (no mask), by least squares on
     relative errors (the sweep spans five orders of magnitude)."""
@@ -71,7 +67,9 @@ def theorem2_constants(df: pd.DataFrame) -> dict:
         design = np.column_stack(terms)
         (a, b), *_ = np.linalg.lstsq(design / y[:, None], np.ones_like(y), rcond=None)
         residual = np.max(np.abs(design @ (a, b) - y) / y)
-        out[algorithm] = {"a": float(a), "b": float(b), "max_rel_residual": float(residual), "points": len(y)}
+        # a residual of a few 1e-16 is the kernel's rounding: decimals, not significant digits, keep it off the page
+        residual = round(float(residual), FIT_DIGITS)
+        out[algorithm] = {"a": fitted(a), "b": fitted(b), "max_rel_residual": residual, "points": len(y)}
     return out
 
 
@@ -80,7 +78,7 @@ def summarize(records: list[dict]) -> dict:
     summary: dict = {"paper": PAPER}
     if not io_n.empty:
         plain = io_n[~io_n["causal"]]
-        summary["slopes_n"] = {a: slope(plain["n"], plain[f"{a}_elements"]) for a in ("tiled", "standard")}
+        summary["slopes_n"] = {a: loglog_slope(plain["n"], plain[f"{a}_elements"]) for a in ("tiled", "standard")}
         summary["executed_equals_closed_form"] = bool(
             all(
                 (
@@ -93,12 +91,12 @@ def summarize(records: list[dict]) -> dict:
             )
         )
     if not io_d.empty:
-        summary["slopes_d"] = {a: slope(io_d["d"], io_d[f"{a}_elements"]) for a in ("tiled", "standard")}
+        summary["slopes_d"] = {a: loglog_slope(io_d["d"], io_d[f"{a}_elements"]) for a in ("tiled", "standard")}
     if not io_m.empty:
         # where M holds one row of each tile and no more, B_c stays 1, so T_c = N rather than ~ N d / M: fit above
         unclamped = io_m[io_m["block_c"] > 1]
-        summary["slope_m_tiled"] = slope(unclamped["m"], unclamped["tiled_elements"])
-        summary["slope_m_tiled_all"] = slope(io_m["m"], io_m["tiled_elements"])
+        summary["slope_m_tiled"] = loglog_slope(unclamped["m"], unclamped["tiled_elements"])
+        summary["slope_m_tiled_all"] = loglog_slope(io_m["m"], io_m["tiled_elements"])
         sweep = pd.concat([io_n[~io_n["causal"]], io_d, io_m])
         summary["theorem2"] = theorem2_constants(sweep[sweep["block_c"] > 1])
         summary["theorem2"]["excluded"] = "points where M fits only B_c = 1 (T_c = N)"
@@ -130,11 +128,11 @@ def _measured(records: list[dict]) -> dict:
     sdpa_n, gpt2 = micro_rows(records, "sdpa-n"), micro_rows(records, "sdpa-gpt2")
     if not sdpa_n.empty:
         out["memory_slopes_n"] = {
-            f"{b}{'+backward' if bw else ''}": slope(g["n"], g["peak_bytes"])
+            f"{b}{'+backward' if bw else ''}": loglog_slope(g["n"], g["peak_bytes"])
             for (b, bw), g in sdpa_n.groupby(["backend", "backward"])
         }
         out["time_slopes_n"] = {
-            f"{b}{'+backward' if bw else ''}": slope(g["n"], g["time_s"])
+            f"{b}{'+backward' if bw else ''}": loglog_slope(g["n"], g["time_s"])
             for (b, bw), g in sdpa_n.groupby(["backend", "backward"])
         }
     if not gpt2.empty and {"math", "flash"} <= set(gpt2["backend"]):
@@ -157,7 +155,7 @@ TILED = {"color": "#000080", "marker": "s"}
 
 
 def _loglog(ax, x: pd.Series, y: pd.Series, label: str, **style) -> None:
-    ax.loglog(x, y, label=f"{label} (slope {slope(x, y):.2f})", markersize=4, linewidth=1.5, **style)
+    ax.loglog(x, y, label=f"{label} (slope {loglog_slope(x, y):.2f})", markersize=4, linewidth=1.5, **style)
 
 
 def _plot(title: str, xlabel: str, ylabel: str, draw) -> Chart:
@@ -219,7 +217,7 @@ def _accesses_n(ax, io_n: pd.DataFrame) -> None:
 
 def _accesses_m(ax, io_m: pd.DataFrame) -> None:
     above = io_m["block_c"] > 1
-    fit = slope(io_m["m"][above], io_m["tiled_elements"][above])
+    fit = loglog_slope(io_m["m"][above], io_m["tiled_elements"][above])
     ax.loglog(io_m["m"], io_m["tiled_elements"], label=f"tiled (slope {fit:.2f} where B_c > 1)", markersize=4, **TILED)
     ax.loglog(io_m["m"], io_m["standard_elements"], label="standard (M plays no part)", **STANDARD, markersize=4)
     bound = io_m["n"] * io_m["n"] * io_m["d"] ** 2 / io_m["m"]
