@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from suite.records import RecordError, load_records, read_record
+from suite.records import RecordError, _fast_validator, _validator, load_records, read_record
 from tests.report_fixtures import make_record
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -101,6 +101,20 @@ def test_a_real_record_with_one_field_replaced(data, value):
     target[path[-1]] = value
     read = _outcome(json.dumps(record).encode())
     assert read is None or read == record
+
+
+@FUZZ
+@given(st.data(), HOSTILE_VALUES)
+def test_the_fast_check_passes_only_what_jsonschema_passes(data, value):
+    """validate() trusts jsonschema-rs's yes (suite/records.py): it must never pass a record jsonschema refuses."""
+    record = json.loads(_real())
+    path = data.draw(st.sampled_from([p for p, _ in _paths(record) if p]))
+    target = record
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    if _fast_validator().is_valid(record):
+        assert _validator().is_valid(record), path
 
 
 @pytest.mark.parametrize(

@@ -8,9 +8,12 @@ are inlined, and a Content-Security-Policy forbids loading anything else and run
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
+import multiprocessing
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -117,16 +120,51 @@ def build_report_for(
             raise _unwritable(out, err) from None
         written.append(path)
 
-    write("index.html", "index.html.j2", index_context(repros, skipped, len(records)))
-    run_hrefs = {key: f"../{path}" for key, path in run_files.items()}
-    for repro in repros:
-        write(repro.href, "reproduction.html.j2", reproduction_context(repro, run_hrefs, records))
-        for record in repro.records:
-            write(run_files[id(record)], "run.html.j2", run_context(record, f"../{repro.href}"))
+    runs = [(run_files[id(r)], r, f"../{repro.href}") for repro in repros for r in repro.records]
+    with _run_pages(out, runs) as run_pages:
+        write("index.html", "index.html.j2", index_context(repros, skipped, len(records)))
+        run_hrefs = {key: f"../{path}" for key, path in run_files.items()}
+        for repro in repros:
+            write(repro.href, "reproduction.html.j2", reproduction_context(repro, run_hrefs, records))
+    written += run_pages
     entries = [_summary_entry(r, run_files) for r in repros]
     write_text(out / site.SUMMARY, site.summary(entries, len(records), len(skipped)), durable=False)
     _remove_stale(out, written)
     return out / "index.html"
+
+
+# from this many run pages on, a second process writes them while this one builds the reproductions' pages (a
+# thousand-record report: about 3 of its 10 CPU seconds); below it, forking costs more than it saves
+PARALLEL_RUN_PAGES = 200
+
+
+def _write_run_pages(out: Path, runs: list[tuple[str, dict, str]]) -> list[Path]:
+    """Each run's page (file, record, link back to its reproduction's page); the files written."""
+    template, written = _templates().get_template("run.html.j2"), []
+    for relative, record, back in runs:
+        path = out / relative
+        try:
+            write_text(path, template.render(**run_context(record, back)), durable=False)  # suite.atomic
+        except OSError as err:
+            raise _unwritable(out, err) from None
+        written.append(path)
+    return written
+
+
+@contextlib.contextmanager
+def _run_pages(out: Path, runs: list[tuple[str, dict, str]]) -> Iterator[list[Path]]:
+    """Writes the run pages while the body runs: in a second process where there are many and the platform
+    forks (a fork starts without importing the suite again), else here first; the list holds the files once the
+    block ends."""
+    written: list[Path] = []
+    if len(runs) < PARALLEL_RUN_PAGES or "fork" not in multiprocessing.get_all_start_methods():
+        written += _write_run_pages(out, runs)
+        yield written
+        return
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+        pages = pool.submit(_write_run_pages, out, runs)
+        yield written
+        written += pages.result()
 
 
 def _summary_entry(repro: Reproduction, run_files: dict[int, str]) -> dict:
