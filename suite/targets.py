@@ -4,8 +4,9 @@ The equal-target protocol of MLPerf Training and the modded-nanogpt speedrun: fi
 arm pays to get there, instead of comparing losses at an equal budget. The target is the largest final validation
 loss over the baseline arm's seeds (per setting; complete runs with an evaluation only): the loss every seed of the
 baseline reached. MLPerf sets its targets where the reference runs converge; the baseline's mean, used before,
-was a loss about half of the baseline's own seeds never reach, so a card got pairs only from the luckier half. For every seed of
-both arms the `to-target` metric reads, off the run's validation curve (claim_frame's `val_curve`):
+was a loss about half of the baseline's own seeds never reach, so a card got pairs only from the luckier half.
+For every seed of both arms the `to-target` metric reads, off the run's validation curve (claim_frame's
+`val_curve`):
 
 - `tokens_to_target`: the tokens at the first evaluation whose loss is at or below the target, linearly
   interpolated between that evaluation and the one before it. Evaluations are `eval_every` steps apart, often a
@@ -46,8 +47,8 @@ Point = tuple[float, float, float]  # (step, tokens, validation loss) of one eva
 
 def crossing(points: Sequence[Point], target: float) -> tuple[float, float, bool] | None:
     """(step, tokens, at_first) where the validation loss first reaches `target`, linearly interpolated between
-    the evaluation at or below it (within 1e-9 relative: float rounding of a mean of repeated runs) and the one before; None if
-    no evaluation reaches it. `at_first`: the first evaluation is already there (an upper bound)."""
+    the evaluation at or below it (within 1e-9 relative: float rounding of a mean of repeated runs) and the one
+    before; None if no evaluation reaches it. `at_first`: the first evaluation is already there (an upper bound)."""
     for i, (step, tokens, loss) in enumerate(points):
         # a seed that ends exactly at the target reaches it, whichever way a mean of repeated runs rounds
         if loss > target and not math.isclose(loss, target, rel_tol=1e-9):
@@ -119,7 +120,8 @@ def _note(goal: pd.Series, sides: list[tuple[str, pd.DataFrame, pd.Series, dict]
     """What the reason says: each setting's target, how many seeds of each arm reached it and why others did not."""
     where = "; ".join(f"{v:.4g}" + (f" at {s}" if len(goal) > 1 else "") for s, v in goal.items())
     reached = " and ".join(_side_text(*s) for s in sides)
-    return f"; target {where} (the baseline's largest final validation loss over its seeds), reached by {reached}; {pairs} seed pair(s)"
+    what = "the baseline's largest final validation loss over its seeds"
+    return f"; target {where} ({what}), reached by {reached}; {pairs} seed pair(s)"
 
 
 @metric("to-target", fields=FIELDS, ratio=True, diverged=True)
