@@ -134,6 +134,9 @@ def test_repeats_that_differ_beyond_the_gates_tolerance_are_flagged(tmp_path):
     assert "ddp (" in html and "than 15%" in html
     assert 'badge-unsteady">unsteady' in html  # the numbers table's spread column
     assert "Warning, hatched" in html  # the figure's caption
+    index = (tmp_path / "index.html").read_text()
+    section = index[index.index('id="repro-harness"') :]
+    assert index.count('<p class="warning">') == 1 and section.index('<p class="warning">') < section.index("claims")
 
 
 def _lab(colour: str) -> np.ndarray:

@@ -34,11 +34,13 @@ class Reproduction:
     arms: dict[str, armlib.Arm] = field(default_factory=dict)
     frame: pd.DataFrame = field(default_factory=pd.DataFrame)
     glance: list[Chart] = field(default_factory=list)
+    unsteady: str | None = None  # the warning that the load moved repeats' tokens/s, shown before the claims
 
     def __post_init__(self) -> None:
         self.arms = armlib.arms(self.records) if self.records else {}
         self.frame = claim_frame(self.records) if self.records else pd.DataFrame()
         self.glance = glance.summary(self.verdicts, self.frame)
+        self.unsteady = unsteady_warning(frames.unsteady(*_measured_runs(self))) if self.records else None
 
     def label(self, record: dict) -> str:
         return self.arms[armlib.key(record)].label
@@ -124,6 +126,7 @@ def index_context(repros: list[Reproduction], skipped: list[tuple[str, str]], n_
                 "counts": r.counts,
                 "origin": origin_badge(r.origin),
                 "glance": r.glance,
+                "unsteady": r.unsteady,
                 "claims": claim_rows(r, r.href) if r.verdicts else None,
             }
             for r in repros
@@ -155,7 +158,7 @@ def reproduction_context(repro: Reproduction, run_hrefs: dict[int, str], records
         "counts": repro.counts,
         "origin": origin_badge(repro.origin),
         "numbers": arm_numbers(repro),
-        "unsteady": unsteady_warning(frames.unsteady(*_measured_runs(repro))),
+        "unsteady": repro.unsteady,
         "glance": repro.glance,
         "claims": claim_rows(repro, ""),
         "cards": [_card(c, v, by_id, repro, labels, tables_of) for c, v in repro.verdicts],
