@@ -44,10 +44,10 @@ def test_the_plan_checks_every_run_before_any_model_file_exists(preset):
 
 @pytest.mark.parametrize(
     ("preset", "pretrain", "finetune", "swa"),
-    [("smoke", 200, 80, (40, 60, 80)), ("quality", 1000, 400, (200, 300, 400))],
+    [("smoke", 200, 80, (40, 60, 80)), ("quality", 1000, 600, (300, 450, 600))],
 )
 def test_each_preset_has_its_budget_and_swa_averages_the_second_half(preset, pretrain, finetune, swa):
-    """The smoke budget is the one its committed records ran; the quality preset's fine-tunes are 5x as long."""
+    """The smoke budget is the one its committed records ran; the quality preset's fine-tunes are 7.5x as long."""
     plan = load_plan("merging", preset)
     steps = {c.tokens // (c.micro_batch * c.seq_len) for c in plan.runs if not c.init_from}
     assert steps == {pretrain}
