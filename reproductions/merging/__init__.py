@@ -4,6 +4,7 @@ from pathlib import Path
 
 from reproductions.merging import metrics  # noqa: F401  (registers the claim metric over the merge step's records)
 from reproductions.merging.aggregation import MergedDiLoCo
+from reproductions.merging.aggregation_plan import PRESETS as AGGREGATION_PRESETS
 from reproductions.merging.merge import (
     MergeError,
     ensemble_log_probs,
@@ -22,7 +23,7 @@ REPRODUCTION = Reproduction(
     description="Soups, task arithmetic, TIES and SWA over fine-tunes of one llama-tiny: per task and held out",
     methods=(MergedDiLoCo,),
     plan=plan,
-    presets=("smoke", "quality", "gpu"),
+    presets=("smoke", "quality", "gpu", *AGGREGATION_PRESETS),
     claims=Path(__file__).with_name("claims.yaml"),
 )
 

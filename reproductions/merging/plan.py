@@ -13,6 +13,7 @@
   their last fifth (at 400 fine-tune steps, 1,714 s measured on 2 cores, one of nine moved 2.01%).
 - The held-out domain `stdlib-gui` is read by no run.
 - The merge step (step.py): one microbenchmark item per merge or reference, one row per seed.
+- `aggregation-tune` and `aggregation`: merging as DiLoCo's aggregation against DiLoCo (aggregation_plan.py).
 
 Every model file lies under checkpoints/merging/PRESET/ (the plan's runs write and read them there, relative to
 the directory `reproduce` runs in).
@@ -20,6 +21,7 @@ the directory `reproduce` runs in).
 
 from __future__ import annotations
 
+from reproductions.merging import aggregation_plan
 from suite.config import RunConfig
 from suite.evals.checkpoint import trajectory_path
 from suite.micro import Microbench
@@ -141,7 +143,22 @@ def _minutes(preset: str) -> int:
     return round((0.19 * steps + 0.25 * steps / 20 + 143) / 60)
 
 
+def _aggregation_plan(preset: str) -> Plan:
+    runs = aggregation_plan.runs(preset)
+    return Plan(
+        preset,
+        runs,
+        protocol="equal tokens",
+        notes=[
+            "DiLoCo against DiLoCo whose outer step merges the groups' task vectors by TIES (aggregation_plan.py)",
+            f"estimated wall time on 2 quiet cores: about {aggregation_plan.minutes(runs)} minutes (not measured)",
+        ],
+    )
+
+
 def plan(preset: str) -> Plan:
+    if preset in aggregation_plan.PRESETS:
+        return _aggregation_plan(preset)
     runs = [_pretrain(preset, s) for s in (0, *CONTROL_SEEDS)]
     runs += [_finetune(preset, t, s) for s in SEEDS for t in TASKS]
     return Plan(

@@ -1,0 +1,62 @@
+"""Merging as DiLoCo's aggregation against DiLoCo itself, at equal tokens: the `aggregation-tune` and `aggregation`
+presets.
+
+- Arms: fl-fsdp's DiLoCo (F = 8 inner AdamW steps, outer Nesterov SGD at lr 0.7 and momentum 0.9, one rank per
+  group: K = 4 groups on 4 gloo ranks) and diloco-merge with TIES-Merging at its paper's defaults (density 0.2,
+  lambda 1) over the same groups. Task arithmetic at lambda 1/K is DiLoCo itself (tests/test_merged_diloco.py), and
+  any other lambda is DiLoCo with its outer rate scaled, so it is no arm of its own.
+- Both arms: llama-tiny on the stdlib corpus, micro-batch 4 x 128 tokens per rank, STEPS steps, 10% warm-up then
+  cosine to 10% (the fl-fsdp quality preset's schedule rule), evaluation every 2F steps (after an aggregation).
+- `aggregation-tune`: seed 0, each arm at every inner learning rate of LR_GRID (as many trials each: AlgoPerf's
+  rule), filed as SWEEP so that no verdict counts them; LR_TUNED holds the winners, which
+  tests/test_merging_aggregation.py checks against results/merging-aggregation-tune once it is committed.
+- `aggregation`: seeds 1-3 of each arm at its tuned rate; the card merging-diloco-ties reads them.
+"""
+
+from __future__ import annotations
+
+from suite.config import RunConfig
+from suite.plans import Schedule, lr_sweep
+
+WORLD = 4
+F = 8
+STEPS = 192
+COMMON = dict(model="llama-tiny", device="cpu", nproc=WORLD, micro_batch=4, seq_len=128, data="stdlib")
+SCHEDULE = Schedule(warmup=0.1)
+ARMS = (("diloco", {"F": F, "G": 1}), ("diloco-merge", {"F": F, "G": 1, "merge": "ties"}))
+SWEEP = "merging-aggregation-lr-sweep"
+LR_GRID = (1.5e-3, 3e-3, 6e-3, 1.2e-2)  # factor-2 steps around the fl-fsdp smoke rate 3e-3
+LR_TUNED: dict[str, float | None] = {"diloco": None, "diloco-merge": None}  # set from the committed tune
+SEEDS = (1, 2, 3)
+PRESETS = ("aggregation-tune", "aggregation")
+
+
+def _arms(seed: int, lr: dict[str, float | None]) -> list[RunConfig]:
+    common = {**COMMON, **SCHEDULE.settings(STEPS), "eval_every": 2 * F, "log_every": F}
+    tokens = STEPS * WORLD * COMMON["micro_batch"] * COMMON["seq_len"]
+    return [
+        RunConfig(method=m, seed=seed, variant=dict(v), tokens=tokens, **({"lr": lr[m]} if lr[m] else {}), **common)
+        for m, v in ARMS
+    ]
+
+
+# wall seconds per step of a 4-rank FL method at this micro-batch on 2 cores (fl-fsdp's QUALITY_COSTS: 0.39-0.43),
+# and per evaluation; an estimate, not a measurement
+STEP_S, EVAL_S = 0.45, 0.9
+
+
+def minutes(planned: list[RunConfig]) -> int:
+    """Estimated wall minutes of `planned` on 2 quiet cores (STEP_S, EVAL_S)."""
+    return round(len(planned) * (STEPS * STEP_S + STEPS // (2 * F) * EVAL_S) / 60)
+
+
+def runs(preset: str) -> list[RunConfig]:
+    """The runs of `preset` (one of PRESETS); ValueError (one line) for the comparison before its tune."""
+    if preset == "aggregation-tune":
+        return lr_sweep(_arms(0, {m: None for m, _ in ARMS}), LR_GRID, SWEEP)
+    if None in LR_TUNED.values():
+        raise ValueError(
+            "the aggregation preset needs the tuned rates: run `python -m suite reproduce merging --preset "
+            "aggregation-tune`, commit its records and set LR_TUNED in reproductions/merging/aggregation_plan.py"
+        )
+    return [cfg for seed in SEEDS for cfg in _arms(seed, LR_TUNED)]
