@@ -658,7 +658,8 @@ def _boundaries(test: str, margin: float) -> tuple[float, ...]:
 
 
 def _noise(mine: np.ndarray, theirs: np.ndarray, boundaries: tuple[float, ...]) -> str:
-    """'noise (n seeds per arm, the 95% Welch interval of d, and the seeds per arm that would decide it)'.
+    """'noise: n seeds per arm, the 95% Welch interval of d, the seeds per arm that would decide it', in commas: a
+    report's one-line reason keeps what is not in parentheses (glance.brief), and the interval is the result.
 
     The seeds are planned, not measured: the normal approximation n = 2 s^2 (z_(1-ALPHA) + z_POWER)^2 / delta^2
     for a one-sided test, with s the arms' pooled standard deviation and delta the distance from the measured
@@ -671,14 +672,14 @@ def _noise(mine: np.ndarray, theirs: np.ndarray, boundaries: tuple[float, ...]) 
     df = (va + vb) ** 2 / (va**2 / (len(mine) - 1) + vb**2 / (len(theirs) - 1))
     half = float(stats.t.ppf(1 - ALPHA / 2, df) * np.sqrt(va + vb))
     n = min(len(mine), len(theirs))
-    text = f"noise ({n} seeds per arm; 95% interval of the difference [{d - half:+.4g}, {d + half:+.4g}]"
+    text = f"noise: {n} seeds per arm, 95% interval of the difference [{d - half:+.4g}, {d + half:+.4g}]"
     delta = min(abs(d - b) for b in boundaries)
     pooled = float(np.sqrt((np.var(mine, ddof=1) + np.var(theirs, ddof=1)) / 2))
     if delta == 0:
-        return f"{text}; the difference sits on the margin, no seed count decides it)"
+        return f"{text}, the difference sits on the margin: no seed count decides it"
     z = stats.norm.ppf(1 - ALPHA) + stats.norm.ppf(POWER)
     needed = int(np.ceil(2 * (pooled * z / delta) ** 2))
-    return f"{text}; about {needed} seeds per arm would decide it at {POWER:.0%} power, planned at this spread)"
+    return f"{text}, about {needed} seeds per arm would decide it at {POWER:.0%} power, planned at this spread"
 
 
 def _band_text(claim: Claim) -> str:

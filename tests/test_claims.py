@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from suite import claims as claims_module
 from suite import verdicts as verdicts_module
 from suite.claims import ClaimsError, load_claims
+from suite.report.glance import brief
 from suite.verdicts import claim_frame, evaluate
 from tests.report_fixtures import SDP_CLAIMS_YAML, make_record, toy_reproduction
 
@@ -248,9 +249,10 @@ def test_non_inferiority_uses_one_sided_welch_tests():
     assert better.verdict == "reproduced" and better.p_value < 0.05 and better.baseline == pytest.approx(2.30)
     assert _quality_verdict("lower", [2.30, 2.31, 2.29], [2.00, 2.01, 2.02]).verdict == "fell short"
     noisy = _quality_verdict("lower", [2.0, 2.4, 2.2], [2.1, 2.3, 2.25])
-    assert noisy.verdict == "inconclusive" and "noise (3 seeds per arm" in noisy.reason
+    assert noisy.verdict == "inconclusive" and "noise: 3 seeds per arm, 95% interval" in noisy.reason
     # d = -0.0167 +- Welch's t: the interval and the planned seeds follow from the two arms' spread
     assert "[-0.4302, +0.3969]" in noisy.reason and "about 1132 seeds per arm" in noisy.reason
+    assert "noise: 3 seeds per arm, 95% interval of the difference [-0.4302, +0.3969]" in brief(noisy.reason)
     # A margin turns "better than" into "no worse than by more than the margin".
     assert _quality_verdict("lower", [2.05, 2.06, 2.04], [2.00, 2.01, 2.02], margin=0.2).verdict == "reproduced"
     assert _quality_verdict("higher", [0.80, 0.81, 0.82], [0.70, 0.71, 0.69]).verdict == "reproduced"
