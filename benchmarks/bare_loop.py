@@ -82,7 +82,8 @@ def wrap_ddp(model: nn.Module) -> nn.Module:
     return DistributedDataParallel(model, **{flag: False})
 
 
-def train_step(model: nn.Module, opt: torch.optim.Optimizer, tokens: torch.Tensor, clip: float) -> None:
+def train_step(model: nn.Module, opt: torch.optim.Optimizer, tokens: torch.Tensor, clip: float) -> torch.Tensor:
+    """One step; the loss, detached (benchmarks/compile_step.py compares two arms' losses)."""
     out = model(tokens[:, :-1])
     loss = F.cross_entropy(out.reshape(-1, out.shape[-1]).float(), tokens[:, 1:].reshape(-1))
     loss.backward()
@@ -90,6 +91,7 @@ def train_step(model: nn.Module, opt: torch.optim.Optimizer, tokens: torch.Tenso
         nn.utils.clip_grad_norm_(model.parameters(), clip, foreach=True)
     opt.step()
     opt.zero_grad(set_to_none=True)
+    return loss.detach()
 
 
 def step_times(args: argparse.Namespace) -> tuple[list[float], list[float]]:

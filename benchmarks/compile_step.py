@@ -21,10 +21,8 @@ import statistics
 import time
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
-from benchmarks.bare_loop import adamw
+from benchmarks.bare_loop import adamw, train_step
 from suite import models
 from suite.timing import load_average
 
@@ -44,16 +42,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _step(model: nn.Module, opt: torch.optim.Optimizer, tokens: torch.Tensor) -> float:
-    out = model(tokens[:, :-1])
-    loss = F.cross_entropy(out.reshape(-1, out.shape[-1]).float(), tokens[:, 1:].reshape(-1))
-    loss.backward()
-    nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    return loss.item()
-
-
 def run_arm(args: argparse.Namespace, compiled: bool) -> dict:
     """One arm from seed 0: its losses, CPU and wall seconds of every step (warm-up included)."""
     torch.manual_seed(0)
@@ -66,7 +54,7 @@ def run_arm(args: argparse.Namespace, compiled: bool) -> dict:
     for _ in range(args.warmup + args.steps):
         tokens = torch.randint(0, vocab, (args.micro_batch, args.seq_len + 1), generator=gen)
         start, cpu_start = time.perf_counter(), time.process_time()
-        losses.append(_step(trained, opt, tokens))
+        losses.append(train_step(trained, opt, tokens, clip=1.0).item())
         wall.append(time.perf_counter() - start)
         cpu.append(time.process_time() - cpu_start)
     return {"losses": losses, "cpu": cpu, "wall": wall}
