@@ -109,6 +109,27 @@ def _costs(rows: pd.DataFrame, goal: pd.Series, field: str) -> tuple[pd.Series, 
     return series, {**{k: v for k, v in misses.items() if k not in values}, **firsts}
 
 
+def _lower_bounds(rows: pd.DataFrame, goal: pd.Series, baseline: pd.Series) -> pd.Series:
+    """Each seed of the method whose complete run ended above the target while the baseline's seed reached it: its
+    tokens over the baseline's tokens to the target, a lower bound of the ratio that seed would give."""
+    bounds = {}
+    for _, row in rows[rows["setting"].isin(goal.index) & (rows["status"] == "complete")].iterrows():
+        key, curve = (row["seed"], row["setting"]), row["val_curve"]
+        if curve and key in baseline.index and crossing(curve, float(goal[row["setting"]])) is None:
+            bounds[key] = curve[-1][1] / baseline[key]
+    return pd.Series(bounds, dtype=float)
+
+
+def _bounds_text(bounds: pd.Series) -> str:
+    if bounds.empty:
+        return ""
+    span = f"{bounds.min():.3g}x" if bounds.min() == bounds.max() else f"{bounds.min():.3g}x to {bounds.max():.3g}x"
+    return (
+        f"; the {len(bounds)} seed(s) of the method that ended above the target need more than their whole budget, "
+        f"above {span} the baseline's tokens"
+    )
+
+
 def _side_text(name: str, rows: pd.DataFrame, reached: pd.Series, notes: dict[tuple, str]) -> str:
     seeds = rows[["seed", "setting"]].drop_duplicates()
     words = f"{len(reached)} of {len(seeds)} seeds of the {name} arm"
@@ -155,7 +176,11 @@ def to_target(
     b, b_notes = _costs(theirs, goal, field)
     keys = a.index.intersection(b.index)
     sides = [("method's", mine, a, a_notes), ("baseline's", theirs, b, b_notes)]
-    note = _note(goal, sides, len(keys)) if len(goal) else "; the baseline has no validation loss to set a target"
+    if len(goal):
+        bounds = _lower_bounds(mine, goal, b) if field == "tokens_to_target" else pd.Series(dtype=float)
+        note = _note(goal, sides, len(keys)) + _bounds_text(bounds)
+    else:
+        note = "; the baseline has no validation loss to set a target"
     return Samples(
         (a[keys] / b[keys]).to_numpy(dtype=float),
         pd.concat([mine, theirs]),

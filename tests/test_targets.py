@@ -121,6 +121,10 @@ def test_a_seed_that_never_reaches_the_target_gives_no_value_and_the_reason_says
         verdict.reason
     )
     assert len(verdict.run_ids) == 6  # the seed that never reached is evidence too
+    # its whole budget (40 steps) against the baseline's 40 steps to the target: the ratio would be above 1
+    assert "the 1 seed(s) of the method that ended above the target need more than their whole budget, above 1x" in (
+        verdict.reason
+    )
 
 
 def test_a_method_below_the_target_at_its_first_evaluation_is_named_as_an_upper_bound():
