@@ -2,13 +2,16 @@
 
 FSDP2 on gloo: gloo's worker thread wakes the caller of a finished collective before it drops its own reference
 to the collective's tensors, so whether a block's reduce-scatter buffer is still alive at a later op of the step
-depends on thread timing. The peak and its split can then move by about one block's sharded gradient between
-identical runs (suite/meters/memory.py gives the measurement); the state, bytes, calls and FLOPs stay exact.
+depends on thread timing. The peak moves by up to about one block's sharded gradient between identical runs, and
+with it the moment the split is read, so any part (gradients, activations, temporaries) may differ
+(suite/meters/memory.py gives the measurement); the state at the optimizer step, bytes, calls and FLOPs stay exact.
 """
 
 from __future__ import annotations
 
-AT_PEAK = ("grads", "activations", "peak_bytes")
+from suite.meters.memory import CATEGORIES
+
+AT_PEAK = (*CATEGORIES, "peak_bytes")
 
 
 def _fsdp(rec: dict) -> bool:

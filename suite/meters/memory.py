@@ -33,8 +33,9 @@ FSDP2 on gloo is exact in its state, bytes and calls but not always in its peak:
 caller of a finished collective before it drops its own reference to the collective's tensors, so whether a
 block's reduce-scatter buffer is still alive at a later op depends on thread timing. Six identical runs of
 llama-tiny, FSDP with activation checkpointing, 2 ranks, peaked at 35,415,476 bytes on 9 of 12 ranks and at
-36,531,380 (one more sharded block gradient alive, fewer activations) on 3; nothing in the step can wait for
-the worker thread without adding a collective.
+36,531,380 (one more sharded block gradient alive, fewer activations) on 3, and the split is read at the moment
+of the peak, so temporaries can differ with it; nothing in the step can wait for the worker thread without adding
+a collective.
 
 The input batch, made before the step, is not seen by the tracker; on CUDA it lands in `other` (peak minus
 the named categories), on CPU only in the RSS peak.
