@@ -18,10 +18,10 @@ tests/test_fl_fsdp_method.py) and inter-node bandwidths. No card reads the smoke
 read the quality preset's stdlib runs), diloco and local-sgd, or the world-6 runs (hsdp 2 x 3, fl-fsdp 2 groups of 3,
 FSDP over 6 estimated): issue 25 cut them (tests/test_card_commands.py checks that every smoke run is read by a card;
 tests/test_fl_fsdp_runs.py runs FL+FSDP with groups of 3 at world 6).
-Quality (CPU, not yet run; estimated 69 minutes on 2 quiet cores, see quality_wall_s): the four quality arms at 4
-ranks on the stdlib corpus, at two budgets a factor 2 apart (QUALITY_STEPS), FL_FSDP_SEEDS seeds (default 3), under
-the paper's schedule for every arm (QUALITY_SCHEDULE: 10% warm-up, then cosine over the budget) and the smoke
-learning rate (3e-3, identical for every arm as the paper's protocol has it; not tuned per arm).
+Quality (CPU, 3,759 s measured on 2 cores, results/fl-fsdp-quality; estimated 69 minutes, see quality_wall_s): the four
+quality arms at 4 ranks on the stdlib corpus, at two budgets a factor 2 apart (QUALITY_STEPS), FL_FSDP_SEEDS seeds
+(default 3), under the paper's schedule for every arm (QUALITY_SCHEDULE: 10% warm-up, then cosine over the budget) and
+the smoke learning rate (3e-3, identical for every arm as the paper's protocol has it; not tuned per arm).
 Tune (CPU, not yet run; estimated 39 minutes on 2 quiet cores, see quality_wall_s): the learning-rate sweep of the
 second protocol the cards name, tuned per arm (issue 26 item 3, AlgoPerf's rule), which separates the batch-size
 effect from the method: each quality arm on seed 0 at the shorter budget, on the quality preset's corpus and schedule
