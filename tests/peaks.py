@@ -14,18 +14,19 @@ from suite.meters.memory import CATEGORIES
 AT_PEAK = (*CATEGORIES, "peak_bytes")
 
 
-def _fsdp(rec: dict) -> bool:
+def fsdp_tracked(rec: dict) -> bool:
+    """Whether the record's memory was read by FSDPMemTracker (the root is an FSDP2 module)."""
     return rec["memory"]["method"].startswith("FSDPMemTracker")
 
 
 def exact_memory(rec: dict, keys: tuple[str, ...]) -> list[dict]:
     """Each rank's `keys` that identical runs share exactly: under FSDP2, not the split at the peak."""
-    kept = [k for k in keys if not (_fsdp(rec) and k in AT_PEAK)]
+    kept = [k for k in keys if not (fsdp_tracked(rec) and k in AT_PEAK)]
     return [{k: row[k] for k in kept} | {"rank": row["rank"]} for row in rec["memory"]["per_rank"]]
 
 
 def peaks_agree(a: dict, b: dict) -> bool:
     """The peaks of two identical runs are equal, or under FSDP2 within one block's sharded gradient."""
-    bound = a["memory"]["per_rank"][0]["state_grads"] / a["model"]["config"]["n_layers"] if _fsdp(a) else 0
+    bound = a["memory"]["per_rank"][0]["state_grads"] / a["model"]["config"]["n_layers"] if fsdp_tracked(a) else 0
     pairs = zip(a["memory"]["per_rank"], b["memory"]["per_rank"], strict=True)
     return all(abs(x["peak_bytes"] - y["peak_bytes"]) <= bound for x, y in pairs)
