@@ -113,12 +113,7 @@ def build_report_for(
     templates, written = _templates(), []
 
     def write(relative: str, template: str, context: dict) -> None:
-        path = out / relative
-        try:
-            write_text(path, templates.get_template(template).render(**context), durable=False)  # suite.atomic
-        except OSError as err:
-            raise _unwritable(out, err) from None
-        written.append(path)
+        written.append(_write_page(out, relative, templates.get_template(template).render(**context)))
 
     runs = [(run_files[id(r)], r, f"../{repro.href}") for repro in repros for r in repro.records]
     with _run_pages(out, runs) as run_pages:
@@ -138,17 +133,20 @@ def build_report_for(
 PARALLEL_RUN_PAGES = 200
 
 
+def _write_page(out: Path, relative: str, text: str) -> Path:
+    """One page of the site at `out`, written atomically (suite.atomic); an unwritable site is a one-line error."""
+    path = out / relative
+    try:
+        write_text(path, text, durable=False)
+    except OSError as err:
+        raise _unwritable(out, err) from None
+    return path
+
+
 def _write_run_pages(out: Path, runs: list[tuple[str, dict, str]]) -> list[Path]:
     """Each run's page (file, record, link back to its reproduction's page); the files written."""
-    template, written = _templates().get_template("run.html.j2"), []
-    for relative, record, back in runs:
-        path = out / relative
-        try:
-            write_text(path, template.render(**run_context(record, back)), durable=False)  # suite.atomic
-        except OSError as err:
-            raise _unwritable(out, err) from None
-        written.append(path)
-    return written
+    template = _templates().get_template("run.html.j2")
+    return [_write_page(out, relative, template.render(**run_context(record, back))) for relative, record, back in runs]
 
 
 @contextlib.contextmanager
