@@ -92,6 +92,19 @@ def lr_sweep(arms: list[RunConfig], grid: tuple[float, ...], reproduction: str) 
     ]
 
 
+def tuned_runs(arms: list[RunConfig], rates: dict, key, seeds: tuple[int, ...], tune: str) -> list[RunConfig]:
+    """Every arm at its tuned rate (`rates[key(cfg)]`, a winner of suite.sweeps) on each of `seeds`, which exclude
+    the tune's seed 0 (AlgoPerf's rule: tuned on one seed, reported on others). ValueError (one line) naming the
+    tune to run first (`tune`, a command) while a rate is unset."""
+    unset = sorted({str(key(cfg)) for cfg in arms if rates.get(key(cfg)) is None})
+    if unset:
+        raise ValueError(
+            f"no tuned learning rate for {', '.join(unset)}: run `{tune}`, commit its records and set the plan's "
+            "LR_TUNED to the winners suite.sweeps.sweep_winners picks"
+        )
+    return [replace(cfg, lr=rates[key(cfg)], seed=s, variant=dict(cfg.variant)) for s in seeds for cfg in arms]
+
+
 @dataclass(frozen=True)
 class StepCost:
     """An arm's wall seconds per training step and per validation pass on the machine a preset is sized for

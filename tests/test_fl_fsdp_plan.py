@@ -4,8 +4,17 @@ aggregation; the paper-scale estimates the cards read; the estimated wall time i
 
 from __future__ import annotations
 
+import importlib
+from pathlib import Path
+
+import pytest
+
 from reproductions.fl_fsdp.plan import PAPER_ARMS, PAPER_WORKERS, SMOKE_STEPS, SMOKE_WORKERS, F, smoke_wall_s
 from suite.plans import load_plan
+from suite.sweeps import sweep_winners
+
+fl_plan = importlib.import_module("reproductions.fl_fsdp.plan")  # the package's `plan` is the function
+TUNED = Path(__file__).parents[1] / "results" / "fl-fsdp-tune"
 
 
 def _steps(cfg) -> int:
@@ -41,3 +50,32 @@ def test_the_smoke_plan_notes_its_estimated_wall_time_under_the_goal():
     minutes = smoke_wall_s(plan.runs) / 60
     assert f"estimated wall time {minutes:.1f} minutes on 2 quiet cores (not measured)" in plan.notes
     assert minutes < 7.5
+
+
+def test_the_tuned_preset_waits_for_the_tune_with_the_fix_in_one_line(monkeypatch):
+    monkeypatch.setattr(fl_plan, "LR_TUNED", dict.fromkeys(fl_plan.LR_TUNED))
+    with pytest.raises(ValueError, match="--preset tune") as err:
+        load_plan("fl-fsdp", "tuned")
+    assert "\n" not in str(err.value)
+
+
+def test_the_tuned_preset_runs_the_tunes_arms_at_their_rates_on_the_other_seeds(monkeypatch):
+    rates = {"fsdp": 1.5e-3, "hsdp": 3e-3, "fl-fsdp": 6e-3, "fl-hsdp": 1.2e-2}
+    monkeypatch.setattr(fl_plan, "LR_TUNED", rates)
+    tune, tuned = load_plan("fl-fsdp", "tune").runs, load_plan("fl-fsdp", "tuned").runs
+    assert sorted((c.method, c.seed, c.lr) for c in tuned) == sorted(
+        (m, s, rates[m]) for m in rates for s in fl_plan.TUNED_SEEDS
+    )
+    assert 0 not in fl_plan.TUNED_SEEDS and {c.reproduction for c in tuned} == {"fl-fsdp"}
+    assert {_arm_but_rate(c) for c in tuned} == {_arm_but_rate(c) for c in tune}
+
+
+def _arm_but_rate(cfg) -> tuple:
+    return cfg.method, cfg.tokens, cfg.warmup_steps, cfg.lr_decay, cfg.data, cfg.micro_batch, str(cfg.variant)
+
+
+@pytest.mark.skipif(not TUNED.is_dir(), reason="results/fl-fsdp-tune is not committed yet")
+def test_the_tuned_rates_are_the_committed_tunes_winners_inside_their_grid():
+    winners = sweep_winners(TUNED, fl_plan.LR_SWEEP)
+    assert {w.label.split()[0]: w.lr for w in winners.values()} == fl_plan.LR_TUNED
+    assert {w.grid for w in winners.values()} == {fl_plan.LR_GRID}

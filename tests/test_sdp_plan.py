@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -18,8 +19,10 @@ from suite.config import RunConfig
 from suite.meters.flops import FlopMeter
 from suite.metrics import _arm
 from suite.models import build_model
+from suite.sweeps import sweep_winners
 
 sdp_plan = importlib.import_module("reproductions.sdp.plan")  # the package exports its plan function as `plan`
+TUNED = Path(__file__).parents[1] / "results" / "sdp-tune"
 
 
 def _frame(runs: list[RunConfig]) -> pd.DataFrame:
@@ -136,3 +139,39 @@ def test_an_unknown_preset_names_the_known_ones():
 
     with pytest.raises(ValueError, match="has no preset 'huge'"):
         load_plan("sdp", "huge")
+
+
+def test_the_tuned_preset_waits_for_the_tune_with_the_fix_in_one_line(monkeypatch):
+    monkeypatch.setattr(sdp_plan, "LR_TUNED", dict.fromkeys(sdp_plan.LR_TUNED))
+    with pytest.raises(ValueError, match="--preset tune") as err:
+        sdp_plan.plan("tuned")
+    assert "\n" not in str(err.value)
+
+
+def test_the_tuned_preset_runs_the_tunes_arms_at_their_rates_on_the_other_seeds(monkeypatch):
+    rates = {"ddp": 1.5e-3, "b-sdp C=0.5": 3e-3, "b-sdp C=0.75": 6e-3}
+    monkeypatch.setattr(sdp_plan, "LR_TUNED", rates)
+    tune, tuned = sdp_plan.plan("tune").runs, sdp_plan.plan("tuned").runs
+    assert sorted((sdp_plan.tune_key(c), c.seed, c.lr) for c in tuned) == sorted(
+        (k, s, rate) for k, rate in rates.items() for s in sdp_plan.TUNED_SEEDS
+    )
+    assert 0 not in sdp_plan.TUNED_SEEDS
+    assert {_arm_but_rate(c) for c in tuned} == {_arm_but_rate(c) for c in tune}
+
+
+def _arm_but_rate(cfg: RunConfig) -> tuple:
+    return cfg.method, cfg.tokens, cfg.flops, cfg.warmup_steps, cfg.lr_decay, cfg.data, str(cfg.variant)
+
+
+@pytest.mark.skipif(not TUNED.is_dir(), reason="results/sdp-tune is not committed yet")
+def test_the_tuned_rates_are_the_committed_tunes_winners_inside_their_grid():
+    winners = sweep_winners(TUNED, sdp_plan.LR_SWEEP)
+    by_key = {_key_of(w.label): w.lr for w in winners.values()}
+    assert by_key == sdp_plan.LR_TUNED
+    assert {w.grid for w in winners.values()} == {sdp_plan.LR_GRID}
+
+
+def _key_of(label: str) -> str:
+    """LR_TUNED's key of a swept arm's label ("b-sdp C=0.5 aggregation=groups n4 llama-tiny")."""
+    words = label.split()
+    return " ".join([words[0], *(w for w in words[1:] if w.startswith("C="))])

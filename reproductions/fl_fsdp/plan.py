@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 from suite.config import RunConfig
-from suite.plans import Estimate, Plan, Schedule, StepCost, estimated_wall_s, lr_sweep
+from suite.plans import Estimate, Plan, Schedule, StepCost, estimated_wall_s, lr_sweep, tuned_runs
 
 F = 8  # the paper's configs
 SMOKE = dict(model="llama-tiny", device="cpu", seq_len=128, micro_batch=4, eval_batches=4, log_every=8)
@@ -66,6 +66,10 @@ QUALITY_SCHEDULE = Schedule(warmup=0.1)  # the paper's 10% warm-up, then cosine
 # steps around the smoke rate 3e-3, which the paper's protocol (the quality preset) keeps for every arm.
 LR_SWEEP = "fl-fsdp-lr-sweep"
 LR_GRID = (7.5e-4, 1.5e-3, 3e-3, 6e-3, 1.2e-2)
+# Tuned preset: each quality arm at its winner of the tune (set from results/fl-fsdp-tune; a test checks them against
+# the committed sweep) on seeds other than the tune's, at the tune's budget
+LR_TUNED: dict[str, float | None] = {"fsdp": None, "hsdp": None, "fl-fsdp": None, "fl-hsdp": None}
+TUNED_SEEDS = (1, 2, 3)
 # Wall seconds per step and per evaluation on 2 cores, from results/fl-fsdp-smoke (medians over seeds; StepCost)
 QUALITY_COSTS = {
     "fsdp": StepCost(0.660, 1.48),
@@ -142,6 +146,15 @@ def _tune() -> list[RunConfig]:
     return lr_sweep(_runs(common, SMOKE_WORKERS, steps, arms(SMOKE_WORKERS, 2), [0]), LR_GRID, LR_SWEEP)
 
 
+def _tuned() -> list[RunConfig]:
+    """The tune's arms at its budget, each at its LR_TUNED rate, on TUNED_SEEDS."""
+    steps = min(QUALITY_STEPS)
+    common = {**QUALITY, **QUALITY_SCHEDULE.settings(steps)}
+    arms_ = _runs(common, SMOKE_WORKERS, steps, arms(SMOKE_WORKERS, 2), [0])
+    tune = "python -m suite reproduce fl-fsdp --preset tune"
+    return tuned_runs(arms_, LR_TUNED, lambda cfg: cfg.method, TUNED_SEEDS, tune)
+
+
 def quality_wall_s(runs: list[RunConfig]) -> float:
     """Estimated wall seconds of the quality (or tune) preset's runs on 2 quiet cores (QUALITY_COSTS; not
     measured)."""
@@ -205,15 +218,23 @@ _TUNE_NOTE = (
     f"a learning-rate sweep filed as {LR_SWEEP}, for the protocol tuned per arm: suite.sweeps.sweep_winners picks "
     "each arm's rate"
 )
+_TUNED_NOTE = (
+    "each arm at its own tuned learning rate (LR_TUNED, picked on seed 0 by the tune), reported on seeds "
+    f"{', '.join(map(str, TUNED_SEEDS))}: a gap is the method's, not the batch-size effect of one shared rate"
+)
+_PROTOCOLS = {
+    "tune": "equal tokens, the same schedule and micro-batch per rank; every arm at every rate of one grid",
+    "tuned": "equal tokens, the same schedule and micro-batch per rank; each arm at its rate tuned on seed 0",
+}
 _PAPER_PROTOCOL = "equal tokens, identical hyperparameters (same lr, schedule, micro-batch per rank)"
-_TUNE_PROTOCOL = "equal tokens, the same schedule and micro-batch per rank; every arm at every rate of one grid"
-PRESETS = {"smoke": _smoke, "quality": _quality, "tune": _tune, "gpu": _gpu, "paper": _paper}
+PRESETS = {"smoke": _smoke, "quality": _quality, "tune": _tune, "tuned": _tuned, "gpu": _gpu, "paper": _paper}
+LOSS_ONLY = ("quality", "tune", "tuned")  # presets that measure loss only: no estimates
 
 
 def plan(preset: str) -> Plan:
     runs = PRESETS[preset]()
-    estimates = [] if preset in ("quality", "tune") else _estimates()  # these two measure loss only
-    notes = [_TUNE_NOTE if preset == "tune" else _PAPER_NOTE]
+    estimates = [] if preset in LOSS_ONLY else _estimates()
+    notes = [{"tune": _TUNE_NOTE, "tuned": _TUNED_NOTE}.get(preset, _PAPER_NOTE)]
     if estimates:
         notes.append(
             "paper-scale ledgers are estimated (fake tensors) and projected (suite/sim): simulated, never a verdict"
@@ -222,12 +243,12 @@ def plan(preset: str) -> Plan:
         notes.append(f"{_env('FL_FSDP_SEEDS', 3)} seed(s) per quality arm: the quality cards need 3 (FL_FSDP_SEEDS=3)")
     if preset == "smoke":
         notes.append(f"estimated wall time {smoke_wall_s(runs) / 60:.1f} minutes on 2 quiet cores (not measured)")
-    if preset in ("quality", "tune"):
+    if preset in LOSS_ONLY:
         notes.append(f"estimated wall time {quality_wall_s(runs) / 60:.0f} minutes on 2 quiet cores (not measured)")
     return Plan(
         preset,
         runs,
-        protocol=_TUNE_PROTOCOL if preset == "tune" else _PAPER_PROTOCOL,
+        protocol=_PROTOCOLS.get(preset, _PAPER_PROTOCOL),
         claims=Path(__file__).with_name("claims.yaml"),
         notes=notes,
         estimates=estimates,

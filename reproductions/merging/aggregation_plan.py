@@ -16,7 +16,7 @@ presets.
 from __future__ import annotations
 
 from suite.config import RunConfig
-from suite.plans import Schedule, lr_sweep
+from suite.plans import Schedule, lr_sweep, tuned_runs
 
 WORLD = 4
 F = 8
@@ -56,9 +56,5 @@ def runs(preset: str) -> list[RunConfig]:
     """The runs of `preset` (one of PRESETS); ValueError (one line) for the comparison before its tune."""
     if preset == "aggregation-tune":
         return lr_sweep(_arms(0, {m: None for m, _ in ARMS}), LR_GRID, SWEEP)
-    if None in LR_TUNED.values():
-        raise ValueError(
-            "the aggregation preset needs the tuned rates: run `python -m suite reproduce merging --preset "
-            "aggregation-tune`, commit its records and set LR_TUNED in reproductions/merging/aggregation_plan.py"
-        )
-    return [cfg for seed in SEEDS for cfg in _arms(seed, LR_TUNED)]
+    tune = "python -m suite reproduce merging --preset aggregation-tune"
+    return tuned_runs(_arms(0, {m: None for m, _ in ARMS}), LR_TUNED, lambda cfg: cfg.method, SEEDS, tune)

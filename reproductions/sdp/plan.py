@@ -40,7 +40,7 @@ import torch
 from suite.config import RunConfig
 from suite.meters.flops import FlopMeter
 from suite.models import build_model
-from suite.plans import Estimate, Plan, Schedule, StepCost, estimated_wall_s, lr_sweep
+from suite.plans import Estimate, Plan, Schedule, StepCost, estimated_wall_s, lr_sweep, tuned_runs
 
 # Every language arm follows one learning-rate schedule: warmup, then cosine over its own budget (an arm that is
 # FLOP-matched, and so trains longer, decays over its longer run), so final losses compare at the schedule's end.
@@ -70,6 +70,10 @@ QUALITY_SCHEDULE = Schedule(warmup=0.1)
 # steps around the smoke rate 3e-3, which the untuned quality preset keeps for every arm.
 LR_SWEEP = "sdp-lr-sweep"
 LR_GRID = (7.5e-4, 1.5e-3, 3e-3, 6e-3, 1.2e-2)
+# Tuned preset: each quality arm (tune_key) at its winner of the tune (set from results/sdp-tune; a test checks them
+# against the committed sweep) on seeds other than the tune's, at the tune's budget
+LR_TUNED: dict[str, float | None] = {"ddp": None, "b-sdp C=0.5": None, "b-sdp C=0.75": None}
+TUNED_SEEDS = (1, 2, 3)
 # Backward against forward masking at C = 3/8 (issue 26 item 6) on a CPU: llama-tiny-8l, so that each of 8 gloo
 # workers holds 3 whole blocks and every block has 3 holders, on the quality preset's corpus under its schedule
 # rule, equal tokens; small-scale evidence for sdp-backward-masking-sparse-cpu (the paper's llama-1b needs GPUs)
@@ -296,6 +300,18 @@ def _tune() -> list[RunConfig]:
     return lr_sweep(arms, LR_GRID, LR_SWEEP)
 
 
+def tune_key(cfg: RunConfig) -> str:
+    """A quality arm's name in LR_TUNED: the method, and its C where it has one."""
+    return f"{cfg.method} C={cfg.variant['C']:g}" if "C" in cfg.variant else cfg.method
+
+
+def _tuned() -> list[RunConfig]:
+    """The tune's arms at its budget, each at its LR_TUNED rate, on TUNED_SEEDS."""
+    steps = min(QUALITY_STEPS)
+    arms = _quality_arms({**QUALITY, **QUALITY_SCHEDULE.settings(steps)}, SMOKE_WORKERS, steps, (0,))
+    return tuned_runs(arms, LR_TUNED, tune_key, TUNED_SEEDS, "python -m suite reproduce sdp --preset tune")
+
+
 def _masking() -> list[RunConfig]:
     """b-sdp and bb-sdp at C = 3/8 on MASKING_WORKERS gloo workers, SDP_SEEDS seeds each, equal tokens."""
     common = {**MASKING, **QUALITY_SCHEDULE.settings(MASKING_STEPS)}
@@ -372,6 +388,7 @@ PRESETS = {
     "paper": _paper,
     "quality": _quality,
     "tune": _tune,
+    "tuned": _tuned,
     "masking": _masking,
     "calibrate": list,
 }
@@ -385,14 +402,15 @@ def plan(preset: str) -> Plan:
         notes.append("no CIFAR_ROOT: the ResNet-18 and Swin-T CIFAR arms are skipped, their cards stay untested")
     if preset in ("smoke", "quality", "masking") and len(_seeds(3)) < 3:
         notes.append(f"{len(_seeds(3))} seed(s) per quality arm: the quality cards need 3 (SDP_SEEDS=3)")
-    if preset in ("quality", "tune"):
+    if preset in ("quality", "tune", "tuned"):
         notes.append(f"estimated wall time {quality_wall_s(runs) / 60:.0f} minutes on 2 quiet cores (not measured)")
     if preset == "tune":
         notes.append(f"a learning-rate sweep filed as {LR_SWEEP}: suite.sweeps.sweep_winners picks each arm's rate")
+    tuned = ", each arm at its learning rate tuned on seed 0 (LR_TUNED)" if preset == "tuned" else ""
     return Plan(
         preset,
         runs,
-        protocol="equal steps (tokens) and FLOP-matched (flops), same global batch",
+        protocol=f"equal steps (tokens) and FLOP-matched (flops), same global batch{tuned}",
         claims=Path(__file__).with_name("claims.yaml"),
         notes=notes,
         estimates=estimates,
