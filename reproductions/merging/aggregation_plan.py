@@ -25,9 +25,10 @@ COMMON = dict(model="llama-tiny", device="cpu", nproc=WORLD, micro_batch=4, seq_
 SCHEDULE = Schedule(warmup=0.1)
 ARMS = (("diloco", {"F": F, "G": 1}), ("diloco-merge", {"F": F, "G": 1, "merge": "ties"}))
 SWEEP = "merging-aggregation-lr-sweep"
-LR_GRID = (1.5e-3, 3e-3, 6e-3, 1.2e-2)  # factor-2 steps around the fl-fsdp smoke rate 3e-3
-# set from the committed tune; results/merging-aggregation-tune (3042600) put both winners at 1.5e-3, the grid's
-# lowest rate, so the grid extends below it before anything is tuned
+# factor-2 steps around the fl-fsdp smoke rate 3e-3, extended twice below 1.5e-3, where a tune of the four rates from
+# 1.5e-3 up (commit 3042600) put both winners
+LR_GRID = (3.75e-4, 7.5e-4, 1.5e-3, 3e-3, 6e-3, 1.2e-2)
+# set from the committed tune (results/merging-aggregation-tune; a test checks them)
 LR_TUNED: dict[str, float | None] = {"diloco": None, "diloco-merge": None}
 SEEDS = (1, 2, 3)
 PRESETS = ("aggregation-tune", "aggregation")
