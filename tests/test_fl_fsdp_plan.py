@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from reproductions.fl_fsdp.plan import PAPER_ARMS, PAPER_WORKERS, SMOKE_STEPS, SMOKE_WORKERS, F, smoke_wall_s
+from suite.claims import claims_for
 from suite.plans import load_plan
 from suite.sweeps import sweep_winners
 
@@ -79,3 +80,15 @@ def test_the_tuned_rates_are_the_committed_tunes_winners_inside_their_grid():
     winners = sweep_winners(TUNED, fl_plan.LR_SWEEP)
     assert {w.label.split()[0]: w.lr for w in winners.values()} == fl_plan.LR_TUNED
     assert {w.grid for w in winners.values()} == {fl_plan.LR_GRID}
+
+
+def test_the_tuned_cards_read_each_side_at_its_tuned_rate_and_the_others_at_the_shared_rate():
+    """The cards of the tuned protocol name each side's LR_TUNED rate, those of the paper's protocol the shared
+    3e-3, so no card of one protocol matches the other's runs."""
+    for claim in claims_for("fl-fsdp"):
+        m = claim.metric
+        if "arm" not in m or m["name"] not in ("quality", "to-target"):
+            continue
+        sides = ((m["method"], m["arm"]), (m["baseline"], m["baseline_arm"]))
+        expected = {method: fl_plan.LR_TUNED[method] if claim.id.endswith("-tuned") else 3e-3 for method, _ in sides}
+        assert {method: arm["lr"] for method, arm in sides} == expected, claim.id

@@ -175,3 +175,16 @@ def _key_of(label: str) -> str:
     """LR_TUNED's key of a swept arm's label ("b-sdp C=0.5 aggregation=groups n4 llama-tiny")."""
     words = label.split()
     return " ".join([words[0], *(w for w in words[1:] if w.startswith("C="))])
+
+
+def test_the_tuned_cards_read_each_side_at_its_tuned_rate_and_the_others_at_the_shared_rate():
+    """The quality cards of the tuned protocol name each side's LR_TUNED rate, those of the untuned one the shared
+    3e-3, so no card of one protocol matches the other's runs."""
+    for claim in claims_for("sdp"):
+        m = claim.metric
+        if m.get("baseline") != "ddp" or (m.get("arm") or {}).get("data") != "stdlib":
+            continue
+        method = f"{m['method']} C={m['variant']['C']:g}"
+        sides = {method: m["arm"]["lr"], "ddp": m["baseline_arm"]["lr"]}
+        tuned = claim.id.endswith("-tuned")
+        assert sides == {k: sdp_plan.LR_TUNED[k] if tuned else 3e-3 for k in sides}, claim.id
