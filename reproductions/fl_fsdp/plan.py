@@ -22,12 +22,12 @@ Quality (CPU, 3,759 s measured on 2 cores, results/fl-fsdp-quality; estimated 69
 quality arms at 4 ranks on the stdlib corpus, at two budgets a factor 2 apart (QUALITY_STEPS), FL_FSDP_SEEDS seeds
 (default 3), under the paper's schedule for every arm (QUALITY_SCHEDULE: 10% warm-up, then cosine over the budget) and
 the smoke learning rate (3e-3, identical for every arm as the paper's protocol has it; not tuned per arm).
-Tune (CPU, not yet run; estimated 39 minutes on 2 quiet cores, see quality_wall_s): the learning-rate sweep of the
-second protocol the cards name, tuned per arm (issue 26 item 3, AlgoPerf's rule), which separates the batch-size
-effect from the method: each quality arm on seed 0 at the shorter budget, on the quality preset's corpus and schedule
-rule, at every rate of LR_GRID (20 runs), filed as LR_SWEEP; suite.sweeps.sweep_winners picks each arm's rate and
-refuses a winner at the grid's edge. The tuned protocol (the picked rates on the other seeds) follows once the
-sweep's records are committed.
+Tune (CPU, 1,875 s measured on 2 cores, results/fl-fsdp-tune; estimated 39 minutes, see quality_wall_s): the
+learning-rate sweep of the second protocol the cards name, tuned per arm (issue 26 item 3, AlgoPerf's rule), which
+separates the batch-size effect from the method: each quality arm on seed 0 at the shorter budget, on the quality
+preset's corpus and schedule rule, at every rate of LR_GRID (20 runs), filed as LR_SWEEP; suite.sweeps.sweep_winners
+picks each arm's rate (LR_TUNED) and refuses a winner at the grid's edge. Tuned (CPU, 1,112 s measured,
+results/fl-fsdp-tuned): the tune's arms at their LR_TUNED rates on TUNED_SEEDS, at the tune's budget.
 GPU: the same arms on every visible GPU (at least 4), llama-134m, 3 seeds. Paper: the paper's runs.
 """
 
