@@ -70,9 +70,10 @@ QUALITY_SCHEDULE = Schedule(warmup=0.1)
 # steps around the smoke rate 3e-3, which the untuned quality preset keeps for every arm.
 LR_SWEEP = "sdp-lr-sweep"
 LR_GRID = (7.5e-4, 1.5e-3, 3e-3, 6e-3, 1.2e-2)
-# Tuned preset: each quality arm (tune_key) at its winner of the tune (set from results/sdp-tune; a test checks them
-# against the committed sweep) on seeds other than the tune's, at the tune's budget
-LR_TUNED: dict[str, float | None] = {"ddp": None, "b-sdp C=0.5": None, "b-sdp C=0.75": None}
+# Tuned preset: each quality arm (tune_key) at its winner of the tune (results/sdp-tune, commit e19a3f0: every arm's
+# lowest final validation loss at 1.5e-3, inside the grid; a test checks them against the committed sweep) on seeds
+# other than the tune's, at the tune's budget
+LR_TUNED: dict[str, float | None] = {"ddp": 1.5e-3, "b-sdp C=0.5": 1.5e-3, "b-sdp C=0.75": 1.5e-3}
 TUNED_SEEDS = (1, 2, 3)
 # Backward against forward masking at C = 3/8 (issue 26 item 6) on a CPU: llama-tiny-8l, so that each of 8 gloo
 # workers holds 3 whole blocks and every block has 3 holders, on the quality preset's corpus under its schedule
