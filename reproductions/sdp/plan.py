@@ -14,19 +14,19 @@ ResNet-18 on the embedded digits with 4 workers (DDP, B-SDP, N-SDP; two holders 
 memory and bytes come from `estimate` (fake tensors; llama-1b and llama-500m on 8 ranks, 1B B-SDP vs TP on 2), and the
 inter-node wall-clock from projecting those ledgers onto 2 nodes of 4 A100s (suite/sim): both labelled,
 never mixed with measurements. Quality (CPU, 6,542 s measured on 2 shared cores, results/sdp-quality; estimated 62
-minutes, see quality_wall_s): the smoke quality arms on the stdlib corpus at two budgets a factor 2 apart (QUALITY_STEPS
-DDP steps), SDP_SEEDS seeds each, one schedule for every arm (QUALITY_SCHEDULE: warm-up over 10% of DDP's steps, then
-cosine over each arm's own budget) at the smoke learning rate, not tuned per arm. Tune (CPU, not yet run; estimated
-35 minutes on 2 quiet cores, see quality_wall_s): the learning-rate sweep of the tuned protocol (issue 26 item 3,
-AlgoPerf's rule), each quality arm on seed 0 at the shorter budget, on the quality preset's corpus and schedule rule,
-at every rate of LR_GRID (15 runs), filed as LR_SWEEP; suite.sweeps.sweep_winners picks each arm's rate and refuses
-a winner at the grid's edge. The tuned protocol (the picked rates on the other seeds) follows once the sweep's
-records are committed. Masking (CPU, 8 gloo workers):
-b-sdp against bb-sdp at C = 3/8 on llama-tiny-8l, three seeds, the quality corpus and schedule rule. Calibrate
-(CPU, about 12 minutes, written beside the smoke records): the 1B baselines over micro-batch and precision, and
-the method where they match the paper's absolute numbers. GPU: llama-134m on every visible GPU (at least 2), three
-seeds, and the CIFAR arms where CIFAR_ROOT holds the data. Paper: the paper's LLaMA runs on FineWeb with 8
-workers, three seeds, to run where they fit.
+minutes, see quality_wall_s): the smoke quality arms on the stdlib corpus at two budgets a factor 2 apart
+(QUALITY_STEPS DDP steps), SDP_SEEDS seeds each, one schedule for every arm (QUALITY_SCHEDULE: warm-up over 10% of
+DDP's steps, then cosine over each arm's own budget) at the smoke learning rate, not tuned per arm. Tune (CPU, 1,559
+s measured on 2 cores, results/sdp-tune; estimated 35 minutes, see quality_wall_s): the learning-rate sweep of the
+tuned protocol (issue 26 item 3, AlgoPerf's rule), each quality arm on seed 0 at the shorter budget, on the quality
+preset's corpus and schedule rule, at every rate of LR_GRID (15 runs), filed as LR_SWEEP; suite.sweeps.sweep_winners
+picks each arm's rate (LR_TUNED) and refuses a winner at the grid's edge. Tuned (CPU, 944 s measured,
+results/sdp-tuned): the tune's arms at their LR_TUNED rates on TUNED_SEEDS, at the tune's budget. Masking (CPU, 8
+gloo workers): b-sdp against bb-sdp at C = 3/8 on llama-tiny-8l, three seeds, the quality corpus and schedule rule.
+Calibrate (CPU, about 12 minutes, written beside the smoke records): the 1B baselines over micro-batch and
+precision, and the method where they match the paper's absolute numbers. GPU: llama-134m on every visible GPU (at
+least 2), three seeds, and the CIFAR arms where CIFAR_ROOT holds the data. Paper: the paper's LLaMA runs on FineWeb
+with 8 workers, three seeds, to run where they fit.
 """
 
 from __future__ import annotations
