@@ -196,6 +196,42 @@ def loss_curves(
     return chart(fig, f"{y.replace('_', ' ').capitalize()} against tokens, FLOPs and wall time ({label})", caption)
 
 
+def lr_sweep(points: pd.DataFrame) -> Chart | None:
+    """Final validation loss against the learning rate (log scale), a line per swept arm, its winner ringed;
+    diverged runs drawn as crosses on the top edge. A swept arm is the page's arms without their rate, so it takes
+    a colour of its own (matplotlib's cycle), not one of the page's arms'."""
+    if points.empty:
+        return None
+    arms = list(dict.fromkeys(points["arm"]))
+    legend_width = 0.5 + text_inches([safe(a) for a in arms])
+    fig, axes = figure(5.5 + legend_width, max(3.2, _legend_inches(len(arms))))
+    ax = axes[0, 0]
+    top = points["val_loss"].max()
+    for i, (arm, rows) in enumerate(points.groupby("arm", sort=False)):
+        colour = f"C{i % 10}"
+        done = rows.dropna(subset=["val_loss"])
+        ax.plot(done["lr"], done["val_loss"], color=colour, label=safe(arm), linewidth=1.6, marker=ARM_MARKERS[i % 10])
+        ax.scatter(
+            rows.loc[rows["val_loss"].isna(), "lr"],
+            [top] * int(rows["val_loss"].isna().sum()),
+            marker="x",
+            color=colour,
+        )
+        won = done[done["lr"] == done["winner"]]
+        ax.scatter(won["lr"], won["val_loss"], s=160, facecolors="none", edgecolors=colour, linewidths=1.6)
+    ax.set_xscale("log")
+    ax.set_xlabel("learning rate")
+    ax.set_ylabel("final validation loss")
+    fig.legend(*ax.get_legend_handles_labels(), loc="center right", fontsize="small", frameon=False)
+    margins(fig, left=0.75, bottom=0.6, right=legend_width)
+    refusal = points["refusal"].iloc[0]
+    caption = "One run per rate on one seed (a sweep, filed apart so that no verdict counts it). "
+    caption += (
+        f"suite.sweeps picks no winner: {refusal}." if refusal else "Ring: each arm's winner by suite.sweeps' rule."
+    )
+    return chart(fig, "Final validation loss against the learning rate (the sweep)", caption)
+
+
 # a marker per arm in the loss curves: a second channel beside colour, so arms read in greyscale too
 ARM_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
 

@@ -7,10 +7,16 @@ configurations never share a line or a bar. Seeds stay separate until a band is 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 import numpy as np
 import pandas as pd
+
+from suite.arms import arm_of
+from suite.arms import label as arm_label
+from suite.records import FINISHED
+from suite.sweeps import pick_winners
 
 # the memory meter's categories (suite/meters/memory.py CATEGORIES, not imported: the report imports no torch
 # module); records written before comm_buffers existed read 0 there
@@ -31,6 +37,41 @@ def config(record: dict) -> str:
 def curves(records: list[dict], labels: list[str]) -> pd.DataFrame:
     rows = [{"arm": label, "run": r["run_id"], **point} for r, label in zip(records, labels) for point in r["curve"]]
     return pd.DataFrame(rows, columns=["arm", "run", "step", "tokens", "flops", "wall_s", "train_loss", "val_loss"])
+
+
+def lr_sweep(records: list[dict], labels: list[str]) -> pd.DataFrame:
+    """One row per run of an arm swept over three or more learning rates (suite/sweeps.py): `arm` (its page label
+    without the rate), `lr`, `val_loss` (the final validation loss; NaN for a diverged run), `winner` (the rate
+    suite.sweeps.pick_winners picks for the arm; NaN where it refuses) and `refusal` (why it refuses, else '')."""
+    columns = ["arm", "lr", "val_loss", "winner", "refusal"]
+    groups: dict[str, list[tuple[dict, str]]] = {}
+    for rec, name in zip(records, labels):
+        if rec["status"] in FINISHED or rec["status"] == "diverged":
+            config = {k: v for k, v in arm_of(rec)["config"].items() if k != "lr"}
+            groups.setdefault(arm_label(config), []).append((rec, re.sub(r" lr=\S+", "", name)))
+    swept = {key: runs for key, runs in groups.items() if len({r["settings"]["lr"] for r, _ in runs}) >= 3}
+    if not swept:
+        return pd.DataFrame(columns=columns)
+    try:
+        winners, refusal = pick_winners([r for runs in swept.values() for r, _ in runs]), ""
+    except ValueError as err:
+        winners, refusal = {}, str(err)
+    rows = [
+        {
+            "arm": name,
+            "lr": rec["settings"]["lr"],
+            "val_loss": np.nan if rec["status"] == "diverged" else _final_val_loss(rec),
+            "winner": winners[key].lr if key in winners else np.nan,
+            "refusal": refusal,
+        }
+        for key, runs in swept.items()
+        for rec, name in runs
+    ]
+    return pd.DataFrame(rows, columns=columns).sort_values(["arm", "lr"], kind="stable")
+
+
+def _final_val_loss(record: dict) -> float:
+    return next((p["val_loss"] for p in reversed(record["curve"]) if p.get("val_loss") is not None), np.nan)
 
 
 def coinciding(curve: pd.DataFrame, y: str) -> list[list[str]]:

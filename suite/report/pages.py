@@ -226,6 +226,7 @@ def _section(repro: Reproduction, label: str, records: list[dict], hrefs: list[s
     merge = label == "estimated"  # no seed noise: estimates alike to 1% are one setting's numbers
     charts = [
         None if projection else figures.loss_curves(frames.curves(records, names), label, colours, repro.dashes),
+        None if projection else figures.lr_sweep(frames.lr_sweep(records, names)),
         None if projection else figures.memory_bars(frames.memory(records, names), label, merge),
         None if projection else figures.comm_bytes(frames.comm(records, names), label, merge),
         figures.throughput(ratios, reference, label, colours, unsteady) if reference else None,
