@@ -30,8 +30,8 @@ SWEEP = "merging-aggregation-lr-sweep"
 # 7.5e-4, 2.2868), while 3e-3 lost 0.2 nats to the best and 6e-3 and 1.2e-2 more (2.65-2.87), so the grid slides
 # down and keeps six rates
 LR_GRID = (9.375e-5, 1.875e-4, 3.75e-4, 7.5e-4, 1.5e-3, 3e-3)
-# set from the committed tune (results/merging-aggregation-tune; a test checks them)
-LR_TUNED: dict[str, float | None] = {"diloco": None, "diloco-merge": None}
+# the committed tune's winners (results/merging-aggregation-tune, commit 803c7c5; a test checks them)
+LR_TUNED: dict[str, float | None] = {"diloco": 7.5e-4, "diloco-merge": 3.75e-4}
 SEEDS = (1, 2, 3)
 PRESETS = ("aggregation-tune", "aggregation")
 
