@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from reproductions.merging import aggregation_plan as agg
+from suite.claims import claims_for
 from suite.cli import check_config
 from suite.plans import load_plan
 from suite.sweeps import sweep_winners
@@ -65,3 +66,10 @@ def test_the_tuned_rates_are_the_committed_tunes_winners_and_none_while_it_canno
         assert "extend the grid" in str(err) and set(agg.LR_TUNED.values()) == {None}
         return
     assert {w.label.split()[0]: w.lr for w in winners.values()} == agg.LR_TUNED
+
+
+def test_the_card_reads_each_arm_at_its_tuned_rate():
+    (card,) = [c for c in claims_for("merging") if c.id == "merging-diloco-ties"]
+    m = card.metric
+    assert {m["method"]: m["arm"]["lr"], m["baseline"]: m["baseline_arm"]["lr"]} == agg.LR_TUNED
+    assert card.command.endswith("--preset aggregation")
