@@ -46,7 +46,8 @@ def lr_sweep(records: list[dict], labels: list[str]) -> pd.DataFrame:
     columns = ["arm", "lr", "val_loss", "winner", "refusal"]
     groups: dict[str, list[tuple[dict, str]]] = {}
     for rec, name in zip(records, labels):
-        if rec["status"] in FINISHED or rec["status"] == "diverged":
+        lr = (rec.get("settings") or {}).get("lr")  # records of before settings existed carry none
+        if lr is not None and (rec["status"] in FINISHED or rec["status"] == "diverged"):
             config = {k: v for k, v in arm_of(rec)["config"].items() if k != "lr"}
             groups.setdefault(arm_label(config), []).append((rec, re.sub(r" lr=\S+", "", name)))
     swept = {key: runs for key, runs in groups.items() if len({r["settings"]["lr"] for r, _ in runs}) >= 3}
