@@ -8,6 +8,7 @@ run get numbers labelled `estimated` and `simulated`, never mixed with measureme
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -92,7 +93,13 @@ def lr_sweep(arms: list[RunConfig], grid: tuple[float, ...], reproduction: str) 
     ]
 
 
-def tuned_runs(arms: list[RunConfig], rates: dict, key, seeds: tuple[int, ...], tune: str) -> list[RunConfig]:
+def tuned_runs(
+    arms: list[RunConfig],
+    rates: dict[str, float | None],
+    key: Callable[[RunConfig], str],
+    seeds: tuple[int, ...],
+    tune: str,
+) -> list[RunConfig]:
     """Every arm at its tuned rate (`rates[key(cfg)]`, a winner of suite.sweeps) on each of `seeds`, which exclude
     the tune's seed 0 (AlgoPerf's rule: tuned on one seed, reported on others). ValueError (one line) naming the
     tune to run first (`tune`, a command) while a rate is unset."""
