@@ -200,9 +200,14 @@ def summary_row(rec: dict) -> dict[str, Any]:
         "comm_bytes_per_rank_step": comm_bytes / n_ranks / comm_steps if comm_steps else None,
         "comm_wire_bytes_per_rank_step": wire_bytes / n_ranks / comm_steps if comm_steps else None,
         "final_train_loss": last.get("train_loss"),
-        "final_val_loss": next((p["val_loss"] for p in reversed(rec["curve"]) if p["val_loss"] is not None), None),
+        "final_val_loss": final_val_loss(rec),
         "path": rec.get("_path"),
     }
+
+
+def final_val_loss(rec: dict) -> float | None:
+    """The record's last validation loss, None where its curve has none."""
+    return next((p["val_loss"] for p in reversed(rec["curve"]) if p.get("val_loss") is not None), None)
 
 
 # the columns of summary_row, which claims' metric fields name (claims.yaml is checked against them at load)

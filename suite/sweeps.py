@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from suite.arms import arm_of, differences, label
-from suite.records import FINISHED, load_records
+from suite.records import FINISHED, final_val_loss, load_records
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def _trials(records: list[dict]) -> dict[str, dict[float, float]]:
 def _final_loss(rec: dict) -> float:
     if rec["status"] == "diverged":  # its last finite loss came before it blew up: it loses to every finished run
         return math.inf
-    loss = next((p["val_loss"] for p in reversed(rec["curve"]) if p["val_loss"] is not None), None)
+    loss = final_val_loss(rec)
     if loss is None:
         raise ValueError(f"{rec.get('_path') or rec['run_id']} has no validation loss: a sweep needs evaluations")
     return loss

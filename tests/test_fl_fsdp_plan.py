@@ -75,7 +75,6 @@ def _arm_but_rate(cfg) -> tuple:
     return cfg.method, cfg.tokens, cfg.warmup_steps, cfg.lr_decay, cfg.data, cfg.micro_batch, str(cfg.variant)
 
 
-@pytest.mark.skipif(not TUNED.is_dir(), reason="results/fl-fsdp-tune is not committed yet")
 def test_the_tuned_rates_are_the_committed_tunes_winners_inside_their_grid():
     winners = sweep_winners(TUNED, fl_plan.LR_SWEEP)
     assert {w.label.split()[0]: w.lr for w in winners.values()} == fl_plan.LR_TUNED

@@ -58,14 +58,10 @@ def test_the_comparison_runs_seeds_1_to_3_of_each_arm_at_its_tuned_rate(monkeypa
     assert {c.reproduction for c in runs} == {"merging"}
 
 
-@pytest.mark.skipif(not TUNED.is_dir(), reason="results/merging-aggregation-tune is not committed yet")
-def test_the_tuned_rates_are_the_committed_tunes_winners_and_none_while_it_cannot_pick():
-    try:
-        winners = sweep_winners(TUNED, agg.SWEEP)
-    except ValueError as err:  # a winner at its grid's edge: the grid grows first, and nothing is tuned yet
-        assert "extend the grid" in str(err) and set(agg.LR_TUNED.values()) == {None}
-        return
+def test_the_tuned_rates_are_the_committed_tunes_winners_inside_their_grid():
+    winners = sweep_winners(TUNED, agg.SWEEP)
     assert {w.label.split()[0]: w.lr for w in winners.values()} == agg.LR_TUNED
+    assert {w.grid for w in winners.values()} == {agg.LR_GRID}
 
 
 def test_the_card_reads_each_arm_at_its_tuned_rate():

@@ -6,14 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from suite.records import load_records
 from suite.report import arms as armlib
 from suite.report import figures, frames
 
 TUNE = Path(__file__).parents[1] / "results" / "fl-fsdp-tune"
-pytestmark = pytest.mark.skipif(not TUNE.is_dir(), reason="results/fl-fsdp-tune is not committed")
 
 
 def _records(low: float = 0.0) -> tuple[list[dict], list[str]]:

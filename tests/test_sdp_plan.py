@@ -163,7 +163,6 @@ def _arm_but_rate(cfg: RunConfig) -> tuple:
     return cfg.method, cfg.tokens, cfg.flops, cfg.warmup_steps, cfg.lr_decay, cfg.data, str(cfg.variant)
 
 
-@pytest.mark.skipif(not TUNED.is_dir(), reason="results/sdp-tune is not committed yet")
 def test_the_tuned_rates_are_the_committed_tunes_winners_inside_their_grid():
     winners = sweep_winners(TUNED, sdp_plan.LR_SWEEP)
     by_key = {_key_of(w.label): w.lr for w in winners.values()}

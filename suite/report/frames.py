@@ -15,7 +15,7 @@ import pandas as pd
 
 from suite.arms import arm_of
 from suite.arms import label as arm_label
-from suite.records import FINISHED
+from suite.records import FINISHED, final_val_loss
 from suite.sweeps import pick_winners
 
 # the memory meter's categories (suite/meters/memory.py CATEGORIES, not imported: the report imports no torch
@@ -44,35 +44,37 @@ def lr_sweep(records: list[dict], labels: list[str]) -> pd.DataFrame:
     without the rate), `lr`, `val_loss` (the final validation loss; NaN for a diverged run), `winner` (the rate
     suite.sweeps.pick_winners picks for the arm; NaN where it refuses) and `refusal` (why it refuses, else '')."""
     columns = ["arm", "lr", "val_loss", "winner", "refusal"]
-    groups: dict[str, list[tuple[dict, str]]] = {}
+    groups: dict[str, list[tuple[dict, str, float]]] = {}
     for rec, name in zip(records, labels):
         lr = (rec.get("settings") or {}).get("lr")  # records of before settings existed carry none
         if lr is not None and (rec["status"] in FINISHED or rec["status"] == "diverged"):
             config = {k: v for k, v in arm_of(rec)["config"].items() if k != "lr"}
-            groups.setdefault(arm_label(config), []).append((rec, re.sub(r" lr=\S+", "", name)))
-    swept = {key: runs for key, runs in groups.items() if len({r["settings"]["lr"] for r, _ in runs}) >= 3}
+            groups.setdefault(arm_label(config), []).append((rec, re.sub(r" lr=\S+", "", name), lr))
+    swept = {key: runs for key, runs in groups.items() if len({lr for _, _, lr in runs}) >= 3}
     if not swept:
         return pd.DataFrame(columns=columns)
     try:
-        winners, refusal = pick_winners([r for runs in swept.values() for r, _ in runs]), ""
+        winners, refusal = pick_winners([rec for runs in swept.values() for rec, _, _ in runs]), ""
     except ValueError as err:
         winners, refusal = {}, str(err)
     rows = [
         {
             "arm": name,
-            "lr": rec["settings"]["lr"],
-            "val_loss": np.nan if rec["status"] == "diverged" else _final_val_loss(rec),
+            "lr": lr,
+            "val_loss": _loss(rec),
             "winner": winners[key].lr if key in winners else np.nan,
             "refusal": refusal,
         }
         for key, runs in swept.items()
-        for rec, name in runs
+        for rec, name, lr in runs
     ]
     return pd.DataFrame(rows, columns=columns).sort_values(["arm", "lr"], kind="stable")
 
 
-def _final_val_loss(record: dict) -> float:
-    return next((p["val_loss"] for p in reversed(record["curve"]) if p.get("val_loss") is not None), np.nan)
+def _loss(rec: dict) -> float:
+    """The final validation loss a sweep figure draws: NaN for a diverged run or a curve with none."""
+    loss = None if rec["status"] == "diverged" else final_val_loss(rec)
+    return np.nan if loss is None else loss
 
 
 def coinciding(curve: pd.DataFrame, y: str) -> list[list[str]]:
