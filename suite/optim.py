@@ -115,7 +115,12 @@ def lr_schedule(
         ramp = min(1.0, (step + 1) / warmup)
         if cfg.lr_decay == "constant":
             return ramp
-        cosine = 0.5 * (1 + math.cos(math.pi * min(max(spent(), 0.0), 1.0)))
-        return ramp * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cosine)
+        return ramp * cosine_factor(spent(), cfg.min_lr_ratio)
 
     return LambdaLR(optimizer, factor)
+
+
+def cosine_factor(spent: float, min_lr_ratio: float) -> float:
+    """The cosine schedule's learning rate over the peak once `spent` of the budget is used (clipped to [0, 1])."""
+    cosine = 0.5 * (1 + math.cos(math.pi * min(max(spent, 0.0), 1.0)))
+    return min_lr_ratio + (1 - min_lr_ratio) * cosine

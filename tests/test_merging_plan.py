@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import torch
 
-from reproductions.merging.plan import OOD, SEEDS, base_path
+from reproductions.merging.plan import FT_LR, OOD, SEEDS, STEP_TOKENS, base_path, finetune_path, swa_path
 from reproductions.merging.plan import TASKS as PLANNED
 from reproductions.merging.step import MERGES, merge_item
 from suite.claims import claims_for
@@ -16,6 +16,7 @@ from suite.cli import check_config
 from suite.evals.checkpoint import save_checkpoint, trajectory_path
 from suite.micro import micro_record
 from suite.models import build_model
+from suite.optim import lr_schedule
 from suite.plans import load_plan
 from suite.records import read_record, write_record
 from suite.report.glance import metric_sides
@@ -32,30 +33,52 @@ def test_the_plan_checks_every_run_before_any_model_file_exists(preset):
     for cfg in plan.runs:
         if preset != "gpu":
             check_config(cfg)
-    finetunes = [c for c in plan.runs if c.init_from]
-    assert {c.init_from for c in finetunes} == {base_path(preset)}
+    finetunes = [c for c in plan.runs if c.init_from == base_path(preset)]
     assert len(finetunes) == len(PLANNED) * len(SEEDS)
-    # every fine-tune has one schedule and budget; only the first task's saves a trajectory
-    assert len({(c.tokens, c.lr, c.warmup_steps, c.lr_decay) for c in finetunes}) == 1
+    # every fine-tune has one complete schedule and budget; only the first task's saves where SWA's tail starts
+    assert {(c.tokens, c.lr, c.warmup_steps, c.lr_decay) for c in finetunes} == {
+        (finetunes[0].tokens, FT_LR, finetunes[0].warmup_steps, "cosine")
+    }
     assert {c.data for c in finetunes if c.save_every} == {f"stdlib-{PLANNED[0]}"}
+    tails = [c for c in plan.runs if c.init_from not in (None, base_path(preset))]
+    assert [c.checkpoint for c in tails] == [swa_path(preset, s) for s in SEEDS]
     assert OOD not in {c.data.removeprefix("stdlib-") for c in plan.runs}
     assert [item.name for item in plan.micro] == list(MERGES)
 
 
+@pytest.mark.parametrize("preset", ["smoke", "quality"])
+def test_swas_tail_continues_the_decaying_run_at_its_rate_for_the_tokens_it_replaces(preset):
+    """SWA and the final iterate it is judged against spend the same tokens, and the tail goes on at the rate the
+    decaying schedule (the trainer's own lr_schedule) had where the tail branches off."""
+    runs = load_plan("merging", preset).runs
+    for seed in SEEDS:
+        decaying = runs.index(next(c for c in runs if c.checkpoint == finetune_path(preset, PLANNED[0], seed)))
+        tail = runs.index(next(c for c in runs if c.checkpoint == swa_path(preset, seed)))
+        ft, swa = runs[decaying], runs[tail]
+        start = ft.save_every
+        assert decaying < tail and swa.init_from == str(trajectory_path(ft.checkpoint, start))
+        assert start * STEP_TOKENS + swa.tokens == ft.tokens and swa.lr_decay == "constant"
+        steps = ft.tokens // STEP_TOKENS
+        schedule = lr_schedule(torch.optim.SGD([torch.zeros(1)], lr=ft.lr), ft, lambda f=start / steps: f)
+        assert swa.lr == pytest.approx(ft.lr * schedule.lr_lambdas[0](start))
+        assert swa.seed != ft.seed and swa.data == ft.data
+
+
 @pytest.mark.parametrize(
     ("preset", "pretrain", "finetune", "swa"),
-    [("smoke", 200, 80, (40, 60, 80)), ("quality", 1000, 600, (300, 450, 600))],
+    [("smoke", 200, 80, (4, 8, 12, 16, 20)), ("quality", 1000, 600, (30, 60, 90, 120, 150))],
 )
-def test_each_preset_has_its_budget_and_swa_averages_the_second_half(preset, pretrain, finetune, swa):
-    """The smoke budget is the one its committed records ran; the quality preset's fine-tunes are 7.5x as long."""
+def test_each_preset_has_its_budget_and_swa_averages_its_whole_tail(preset, pretrain, finetune, swa):
+    """The quality preset's fine-tunes are 7.5x as long as the smoke preset's."""
     plan = load_plan("merging", preset)
-    steps = {c.tokens // (c.micro_batch * c.seq_len) for c in plan.runs if not c.init_from}
+    steps = {c.tokens // STEP_TOKENS for c in plan.runs if not c.init_from}
     assert steps == {pretrain}
-    tuned = [c for c in plan.runs if c.init_from]
-    assert {c.tokens // (c.micro_batch * c.seq_len) for c in tuned} == {finetune}
+    tuned = [c for c in plan.runs if c.init_from == base_path(preset)]
+    assert {c.tokens // STEP_TOKENS for c in tuned} == {finetune}
     assert {c.warmup_steps for c in tuned} == {finetune // 10}
     (item,) = [i for i in plan.micro if i.name == "swa"]
-    assert [int(p[-9:-3]) for p in item.shapes[0]["trajectory"]] == list(swa)
+    for row, seed in zip(item.shapes, SEEDS, strict=True):
+        assert row["trajectory"] == [str(trajectory_path(swa_path(preset, seed), s)) for s in swa]
 
 
 def _save(state: dict, path) -> str:

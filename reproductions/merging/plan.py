@@ -5,12 +5,15 @@
   models are the same recipe from other initialisations (seeds 1-3).
 - Fine-tunes: from the base (`--set init_from`), one per task area (`stdlib-text`, `stdlib-net`,
   `stdlib-concurrency`) and seed (0-2: the data order; the start is the base), the preset's fine-tune steps at a
-  constant 1e-3 after a 10% warm-up (SWA's averaging wants a constant rate), the same schedule and budget for every
-  task. The first task's fine-tune also saves its model at every quarter of its run: SWA averages the checkpoints of
-  its second half.
-- Smoke: 200 pretraining and 80 fine-tune steps (482 s measured on 2 cores; the fine-tunes do not reach the
-  cards' plateau). Quality: 1,000 and 600 (2,644 s measured on 2 cores): the fine-tunes still move up to 2.98% over
-  their last fifth at a constant rate (2.01% at 400 steps), so the cards stay short of the 2% plateau.
+  peak of 1e-3 after a 10% warm-up, then cosine down to a tenth over the run: the same complete schedule and budget
+  for every task, judged at its end (a constant-rate fine-tune was still moving 2.98% over its last fifth after
+  600 steps). The first task's fine-tune also saves its model where its last quarter begins.
+- SWA (Izmailov et al. 2018, arXiv 1803.05407) averages at a constant rate, which a decaying run has not: its
+  trajectory is a tail of its own. From the text fine-tune's save at three quarters, the last quarter's steps again
+  at the constant rate the cosine had reached there, saving the model TAIL_SAVES times; SWA is the average of those
+  saves, the same tokens as the decaying run, and it is compared with the decaying run's final model. The tail's
+  data order is seed + TAIL_SEED, so its windows are fresh draws and not a replay of the run's first quarter.
+- Smoke: 200 pretraining and 80 fine-tune steps. Quality: 1,000 and 600.
 - The held-out domain `stdlib-gui` is read by no run.
 - The merge step (step.py): one microbenchmark item per merge or reference, one row per seed.
 - `aggregation-tune` and `aggregation`: merging as DiLoCo's aggregation against DiLoCo (aggregation_plan.py).
@@ -25,6 +28,7 @@ from reproductions.merging import aggregation_plan
 from suite.config import RunConfig
 from suite.evals.checkpoint import trajectory_path
 from suite.micro import Microbench
+from suite.optim import cosine_factor
 from suite.plans import Plan
 
 TASKS = ("text", "net", "concurrency")
@@ -34,8 +38,13 @@ CONTROL_SEEDS = (1, 2, 3)  # other initialisations of the base, one per fine-tun
 STEP_TOKENS = 8 * 128  # one process x micro-batch 8 x sequence 128
 # preset -> (pretraining steps, fine-tune steps); the gpu preset takes the smoke budget
 BUDGETS = {"smoke": (200, 80), "quality": (1000, 600), "gpu": (200, 80)}
-SAVES = 4  # the text fine-tune saves its model SAVES times, evenly; SWA averages those from its middle on
-EVAL = {"n_batches": 4, "batch": 8, "seq_len": 128}  # the merge step's evaluation windows per split
+TAIL = 4  # SWA's tail replaces the last 1/TAIL of the text fine-tune
+TAIL_SAVES = 5  # the tail saves its model TAIL_SAVES times, evenly; SWA averages them all
+TAIL_SEED = 100  # the tail's data order: seed + TAIL_SEED
+FT_LR = 1e-3  # the fine-tunes' peak learning rate
+# the merge step's evaluation windows per split (8 x 128 bytes each); quality's are more, to separate merges whose
+# losses differ by hundredths
+EVAL_BATCHES = {"smoke": 4, "quality": 8, "gpu": 4}
 
 
 def _folder(preset: str) -> str:
@@ -70,6 +79,15 @@ def _pretrain(preset: str, seed: int) -> RunConfig:
     )
 
 
+def swa_path(preset: str, seed: int) -> str:
+    return f"{_folder(preset)}/swa-{TASKS[0]}-s{seed}.pt"
+
+
+def _tail_start(preset: str) -> int:
+    steps = BUDGETS[preset][1]
+    return steps - steps // TAIL
+
+
 def _finetune(preset: str, task: str, seed: int) -> RunConfig:
     steps = BUDGETS[preset][1]
     cfg = RunConfig(
@@ -79,21 +97,38 @@ def _finetune(preset: str, task: str, seed: int) -> RunConfig:
         init_from=base_path(preset),
         checkpoint=finetune_path(preset, task, seed),
         tokens=steps * STEP_TOKENS,
-        lr=1e-3,
+        lr=FT_LR,
         warmup_steps=steps // 10,
+        lr_decay="cosine",
         **_common(preset),
     )
     if task == TASKS[0]:
-        cfg.save_every = steps // SAVES
+        cfg.save_every = _tail_start(preset)
     return cfg
 
 
+def _swa_tail(preset: str, seed: int) -> RunConfig:
+    """SWA's constant-rate tail of the text fine-tune of `seed` (module docstring)."""
+    start = _tail_start(preset)
+    steps = BUDGETS[preset][1] - start
+    return RunConfig(
+        method="ddp",
+        seed=seed + TAIL_SEED,
+        data=f"stdlib-{TASKS[0]}",
+        init_from=str(trajectory_path(finetune_path(preset, TASKS[0], seed), start)),
+        checkpoint=swa_path(preset, seed),
+        tokens=steps * STEP_TOKENS,
+        lr=FT_LR * cosine_factor(start / BUDGETS[preset][1], RunConfig.min_lr_ratio),
+        save_every=steps // TAIL_SAVES,
+        **_common(preset),
+    )
+
+
 def _trajectory(preset: str, seed: int) -> list[str]:
-    """The text fine-tune's saves from the middle of its run to its end (smoke: steps 40, 60 and 80)."""
-    steps = BUDGETS[preset][1]
-    every = steps // SAVES
-    saves = [s for s in range(every, steps + 1, every) if s >= steps // 2]
-    return [str(trajectory_path(finetune_path(preset, TASKS[0], seed), s)) for s in saves]
+    """The saves of SWA's tail (smoke: its steps 4, 8, ..., 20)."""
+    steps = BUDGETS[preset][1] - _tail_start(preset)
+    every = steps // TAIL_SAVES
+    return [str(trajectory_path(swa_path(preset, seed), s)) for s in range(every, steps + 1, every)]
 
 
 def _row(preset: str, merge: str, seed: int, control_seed: int) -> dict:
@@ -104,9 +139,9 @@ def _row(preset: str, merge: str, seed: int, control_seed: int) -> dict:
         "models": [finetune_path(preset, t, seed) for t in TASKS],
         "tasks": list(TASKS),
         "ood": OOD,
-        "eval": EVAL,
+        "eval": {"n_batches": EVAL_BATCHES[preset], "batch": 8, "seq_len": 128},
     }
-    if merge in ("swa", "final-iterate"):
+    if merge == "swa":
         row["trajectory"] = _trajectory(preset, seed)
     if merge.startswith("init-"):
         row["control"] = base_path(preset, control_seed)
@@ -133,7 +168,8 @@ def merge_items(preset: str) -> list[Microbench]:
 
 def _steps(preset: str) -> int:
     pretrain, finetune = BUDGETS[preset]
-    return pretrain * (1 + len(CONTROL_SEEDS)) + finetune * len(TASKS) * len(SEEDS)
+    tails = (finetune - _tail_start(preset)) * len(SEEDS)
+    return pretrain * (1 + len(CONTROL_SEEDS)) + finetune * len(TASKS) * len(SEEDS) + tails
 
 
 def _minutes(preset: str) -> int:
@@ -161,6 +197,7 @@ def plan(preset: str) -> Plan:
         return _aggregation_plan(preset)
     runs = [_pretrain(preset, s) for s in (0, *CONTROL_SEEDS)]
     runs += [_finetune(preset, t, s) for s in SEEDS for t in TASKS]
+    runs += [_swa_tail(preset, s) for s in SEEDS]
     return Plan(
         preset,
         runs,

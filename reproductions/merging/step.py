@@ -13,10 +13,10 @@ the scores (validation loss, nats per byte):
   soup ingredients; the index of the best single fine-tune), `merged_models`.
 
 References: `base` (the pretrained model), `best-single` (the fine-tune best on the selection half), `ensemble`
-(the mean of the fine-tunes' predicted probabilities: K forward passes), `final-iterate` (the SWA trajectory's
-last checkpoint, which is that task's fine-tune), and the negative control `init-soup` (the uniform soup of two
-models pretrained from different initialisations) beside `init-ingredients` (the mean of those two models'
-scores).
+(the mean of the fine-tunes' predicted probabilities: K forward passes), `final-iterate` (the first task's
+decaying fine-tune, whose last quarter SWA's constant-rate tail replaces: plan.py), and the negative control
+`init-soup` (the uniform soup of two models pretrained from different initialisations) beside `init-ingredients`
+(the mean of those two models' scores).
 """
 
 from __future__ import annotations
@@ -123,8 +123,8 @@ def merge_item(
     select_s = time.perf_counter() - start
     if merge == "init-ingredients":
         scores = _ingredients_scores(scorer, merged)
-    else:  # a trajectory is the first task's fine-tune (plan.py)
-        scores = scorer.scores(merged, tasks[0] if trajectory else None)
+    else:  # SWA and the final iterate are the first task's fine-tune (plan.py)
+        scores = scorer.scores(merged, tasks[0] if merge in OWN_TASK else None)
     extra = {**scores, "select_s": select_s, "selected": picked, "merged_models": len(merged)}
     return lambda: (run(), extra)[1]
 
@@ -172,8 +172,7 @@ def _swa(scorer, base, states, trajectory, control):
 
 
 def _final_iterate(scorer, base, states, trajectory, control):
-    final = _load(trajectory[-1])[0]
-    return [final], 0, lambda: final
+    return [states[0]], 0, lambda: states[0]
 
 
 def _best_single(scorer, base, states, trajectory, control):
@@ -213,3 +212,4 @@ _MERGES = {
     "init-ingredients": _init_ingredients,
 }
 MERGES = tuple(_MERGES)
+OWN_TASK = ("swa", "final-iterate")  # scored on their own task too (`own_loss`)
