@@ -45,6 +45,7 @@ FT_LR = 1e-3  # the fine-tunes' peak learning rate
 # the merge step's evaluation windows per split (8 x 128 bytes each); quality's are more, to separate merges whose
 # losses differ by hundredths
 EVAL_BATCHES = {"smoke": 4, "quality": 8, "gpu": 4}
+MERGE_S = {"smoke": 86, "quality": 154, "gpu": 86}  # the merge step's wall seconds, measured on 2 cores
 
 
 def _folder(preset: str) -> str:
@@ -173,10 +174,10 @@ def _steps(preset: str) -> int:
 
 
 def _minutes(preset: str) -> int:
-    """Estimated (not measured) from results/merging-smoke's phases on 2 cores: 0.19 s a timed step, 0.25 s an
-    evaluation (one every 20 steps), 143 s for the merge step's rows."""
+    """Estimated (not measured) from the phases of results/merging-smoke and merging-quality on 2 cores: 0.135 s a
+    timed step, 0.17 s an evaluation (one every 20 steps), and the merge step's rows (MERGE_S)."""
     steps = _steps(preset)
-    return round((0.19 * steps + 0.25 * steps / 20 + 143) / 60)
+    return round((0.135 * steps + 0.17 * steps / 20 + MERGE_S[preset]) / 60)
 
 
 def _aggregation_plan(preset: str) -> Plan:
