@@ -26,6 +26,7 @@ NO_FORWARD_BUFFER_SYNC = (
 class DDP(Strategy):
     name = "ddp"
     precisions = ("fp32", "bf16", "fp16", "fp8")
+    eval_on_every_rank = False  # the module itself: every rank holds the same one
 
     def check(self, world_size: int) -> None:
         if self.cfg.precision == "fp8" and (missing := fp8.missing_dtypes()):

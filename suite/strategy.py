@@ -71,6 +71,10 @@ class Strategy(ABC):
     precisions: tuple[str, ...] = ("fp32", "bf16")
     # why `estimate` cannot run the method's step on fake tensors and the fake process group ("": it can)
     not_estimable: str = ""
+    # whether the evaluation model's forward needs every rank (a sharded or pipelined model); where it does not,
+    # rank 0 evaluates alone and sends the others its loss: the run records rank 0's, and the other ranks' forwards
+    # were work thrown away (issue 31)
+    eval_on_every_rank: bool = True
 
     def __init__(self, cfg: RunConfig, variant: dict | None = None) -> None:
         if cfg.precision not in self.precisions:

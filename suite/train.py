@@ -317,16 +317,24 @@ class Worker:
 
     @torch.no_grad()
     def evaluate(self) -> float:
+        """Rank 0's validation loss, on every rank (the others compute it too only where the forward needs them)."""
         start = time.perf_counter()
         losses = []
+        alone = not self.strategy.eval_on_every_rank
         with self.evaluation_model() as model:
-            model.eval()
-            for x, y in self.task.val_batches():
-                with self.strategy.autocast(self.ctx):
-                    losses.append(self.task.loss(model, x.to(self.device), y.to(self.device)).item())
-            model.train()
+            if self.rank == 0 or not alone:
+                model.eval()
+                for x, y in self.task.val_batches():
+                    with self.strategy.autocast(self.ctx):
+                        losses.append(self.task.loss(model, x.to(self.device), y.to(self.device)).item())
+                model.train()
+        value = sum(losses) / len(losses) if losses else 0.0
+        if alone and self.world > 1:
+            sent = torch.tensor([value], dtype=torch.float64)  # a Python float is a double: sent exactly
+            dist.broadcast(sent, src=0, group=self.control)
+            value = sent.item()
         self.timing["eval_s"] += time.perf_counter() - start
-        return sum(losses) / len(losses)
+        return value
 
     def _mean(self, value: float) -> float:
         t = torch.tensor([value], dtype=torch.float64)

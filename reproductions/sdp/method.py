@@ -114,6 +114,7 @@ class SubnetworkDP(Strategy):
 
     baseline = False
     forward_masked = True
+    eval_on_every_rank = False  # eval_model gives rank 0 the whole plain model
     params = {
         "C": Param(float, 0.5, "fraction of the model each worker holds", low=0, high=1, low_open=True),
         "K": Param(int, None, "the number of SDP workers (default and only value: --nproc)", low=1),
