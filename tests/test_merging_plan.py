@@ -8,7 +8,17 @@ import dataclasses
 import pytest
 import torch
 
-from reproductions.merging.plan import FT_LR, OOD, SEEDS, STEP_TOKENS, base_path, finetune_path, swa_path
+from reproductions.merging.plan import (
+    FT_LR,
+    OOD,
+    SEEDS,
+    STEP_TOKENS,
+    SWA_PRESET,
+    SWA_SEEDS,
+    base_path,
+    finetune_path,
+    swa_path,
+)
 from reproductions.merging.plan import TASKS as PLANNED
 from reproductions.merging.step import MERGES, merge_item
 from suite.claims import claims_for
@@ -178,3 +188,25 @@ def test_merge_step_records_are_valid_and_the_claims_read_them(files, tmp_path):
         sides = metric_sides(claim, verdicts[claim.id], frame)
         assert [label for label, _ in sides] == [claim.metric["method"], claim.metric["baseline"]]
         assert [len(values) for _, values in sides] == [3, 3]
+
+
+def test_the_swa_seeds_preset_is_the_quality_presets_swa_at_more_seeds():
+    """The same base, text fine-tune and tail as the quality preset, seed for seed, and only the two items the
+    merging-swa card reads, each row merging the text fine-tune alone."""
+    swa, quality = load_plan("merging", SWA_PRESET), load_plan("merging", "quality")
+    for cfg in swa.runs:
+        check_config(cfg)
+
+    def same(cfg) -> dict:
+        fields = dataclasses.asdict(cfg)
+        return {k: v.replace(SWA_PRESET, "quality") if isinstance(v, str) else v for k, v in fields.items()}
+
+    by_checkpoint = {c.checkpoint: same(c) for c in quality.runs}
+    new = [same(c) for c in swa.runs if same(c)["checkpoint"] not in by_checkpoint]
+    assert all(same(c) == by_checkpoint[same(c)["checkpoint"]] for c in swa.runs if same(c) not in new)
+    assert len(swa.runs) - len(new) == 1 + 2 * len(SEEDS)  # the base, and the text fine-tune and tail of seeds 0-2
+    assert [c.seed for c in swa.runs if c.checkpoint and "/ft-" in c.checkpoint] == list(SWA_SEEDS)
+    assert [item.name for item in swa.micro] == ["swa", "final-iterate"]
+    for item in swa.micro:
+        assert [row["seed"] for row in item.shapes] == list(SWA_SEEDS)
+        assert all(row["models"] == [finetune_path(SWA_PRESET, PLANNED[0], row["seed"])] for row in item.shapes)

@@ -23,7 +23,7 @@ REPRODUCTION = Reproduction(
     description="Soups, task arithmetic, TIES and SWA over fine-tunes of one llama-tiny: per task and held out",
     methods=(MergedDiLoCo,),
     plan=plan,
-    presets=("smoke", "quality", "gpu", *AGGREGATION_PRESETS),
+    presets=("smoke", "quality", "gpu", "swa-seeds", *AGGREGATION_PRESETS),
     claims=Path(__file__).with_name("claims.yaml"),
 )
 

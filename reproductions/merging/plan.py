@@ -14,6 +14,8 @@
   saves, the same tokens as the decaying run, and it is compared with the decaying run's final model. The tail's
   data order is seed + TAIL_SEED, so its windows are fresh draws and not a replay of the run's first quarter.
 - Smoke: 200 pretraining and 80 fine-tune steps. Quality: 1,000 and 600.
+- swa-seeds: the merging-swa card at the quality budget with the seeds its power asks for (SWA_SEEDS): the base,
+  the text fine-tune and SWA's tail of each seed, and the merge step's `swa` and `final-iterate` items only.
 - The held-out domain `stdlib-gui` is read by no run.
 - The merge step (step.py): one microbenchmark item per merge or reference, one row per seed.
 - `aggregation-tune` and `aggregation`: merging as DiLoCo's aggregation against DiLoCo (aggregation_plan.py).
@@ -37,15 +39,20 @@ SEEDS = (0, 1, 2)
 CONTROL_SEEDS = (1, 2, 3)  # other initialisations of the base, one per fine-tune seed
 STEP_TOKENS = 8 * 128  # one process x micro-batch 8 x sequence 128
 # preset -> (pretraining steps, fine-tune steps); the gpu preset takes the smoke budget
-BUDGETS = {"smoke": (200, 80), "quality": (1000, 600), "gpu": (200, 80)}
+BUDGETS = {"smoke": (200, 80), "quality": (1000, 600), "gpu": (200, 80), "swa-seeds": (1000, 600)}
+SWA_PRESET = "swa-seeds"
+# the quality run's three seeds left SWA - final iterate at +0.004, 95% interval [-0.016, +0.024] against the
+# non-inferiority margin 0.01: about 15 seeds per arm decide it at 80% power at that spread (suite.verdicts)
+SWA_SEEDS = tuple(range(15))
 TAIL = 4  # SWA's tail replaces the last 1/TAIL of the text fine-tune
 TAIL_SAVES = 5  # the tail saves its model TAIL_SAVES times, evenly; SWA averages them all
 TAIL_SEED = 100  # the tail's data order: seed + TAIL_SEED
 FT_LR = 1e-3  # the fine-tunes' peak learning rate
 # the merge step's evaluation windows per split (8 x 128 bytes each); quality's are more, to separate merges whose
 # losses differ by hundredths
-EVAL_BATCHES = {"smoke": 4, "quality": 8, "gpu": 4}
-MERGE_S = {"smoke": 86, "quality": 154, "gpu": 86}  # the merge step's wall seconds, measured on 2 cores
+EVAL_BATCHES = {"smoke": 4, "quality": 8, "gpu": 4, "swa-seeds": 8}
+# the merge step's wall seconds, measured on 2 cores (swa-seeds: quality's 4.7 s a row, times its 30 rows)
+MERGE_S = {"smoke": 86, "quality": 154, "gpu": 86, "swa-seeds": 141}
 
 
 def _folder(preset: str) -> str:
@@ -132,12 +139,26 @@ def _trajectory(preset: str, seed: int) -> list[str]:
     return [str(trajectory_path(swa_path(preset, seed), s)) for s in range(every, steps + 1, every)]
 
 
-def _row(preset: str, merge: str, seed: int, control_seed: int) -> dict:
+def _seeds(preset: str) -> tuple[int, ...]:
+    return SWA_SEEDS if preset == SWA_PRESET else SEEDS
+
+
+def _trained(preset: str) -> tuple[str, ...]:
+    """The tasks the preset fine-tunes on (every merge is scored on all of TASKS)."""
+    return TASKS[:1] if preset == SWA_PRESET else TASKS
+
+
+def _controls(preset: str) -> tuple[int, ...]:
+    return () if preset == SWA_PRESET else CONTROL_SEEDS
+
+
+def _row(preset: str, merge: str, index: int) -> dict:
+    seed = _seeds(preset)[index]
     row = {
         "merge": merge,
         "seed": seed,
         "base": base_path(preset),
-        "models": [finetune_path(preset, t, seed) for t in TASKS],
+        "models": [finetune_path(preset, t, seed) for t in _trained(preset)],
         "tasks": list(TASKS),
         "ood": OOD,
         "eval": {"n_batches": EVAL_BATCHES[preset], "batch": 8, "seq_len": 128},
@@ -145,32 +166,32 @@ def _row(preset: str, merge: str, seed: int, control_seed: int) -> dict:
     if merge == "swa":
         row["trajectory"] = _trajectory(preset, seed)
     if merge.startswith("init-"):
-        row["control"] = base_path(preset, control_seed)
+        row["control"] = base_path(preset, CONTROL_SEEDS[index])
     return row
 
 
 def merge_items(preset: str) -> list[Microbench]:
-    from reproductions.merging.step import MERGES
+    from reproductions.merging.step import MERGES, OWN_TASK
 
     device = _common(preset)["device"]
-    pairs = list(zip(SEEDS, CONTROL_SEEDS, strict=True))
     return [
         Microbench(
             name,
             "reproductions.merging.step:merge_item",
-            shapes=[_row(preset, name, seed, control) for seed, control in pairs],
+            shapes=[_row(preset, name, i) for i in range(len(_seeds(preset)))],
             device=device,
             warmup=0,
             repeat=1,
         )
-        for name in MERGES
+        for name in (OWN_TASK if preset == SWA_PRESET else MERGES)
     ]
 
 
 def _steps(preset: str) -> int:
     pretrain, finetune = BUDGETS[preset]
-    tails = (finetune - _tail_start(preset)) * len(SEEDS)
-    return pretrain * (1 + len(CONTROL_SEEDS)) + finetune * len(TASKS) * len(SEEDS) + tails
+    seeds = len(_seeds(preset))
+    tails = (finetune - _tail_start(preset)) * seeds
+    return pretrain * (1 + len(_controls(preset))) + finetune * len(_trained(preset)) * seeds + tails
 
 
 def _minutes(preset: str) -> int:
@@ -196,9 +217,9 @@ def _aggregation_plan(preset: str) -> Plan:
 def plan(preset: str) -> Plan:
     if preset in aggregation_plan.PRESETS:
         return _aggregation_plan(preset)
-    runs = [_pretrain(preset, s) for s in (0, *CONTROL_SEEDS)]
-    runs += [_finetune(preset, t, s) for s in SEEDS for t in TASKS]
-    runs += [_swa_tail(preset, s) for s in SEEDS]
+    runs = [_pretrain(preset, s) for s in (0, *_controls(preset))]
+    runs += [_finetune(preset, t, s) for s in _seeds(preset) for t in _trained(preset)]
+    runs += [_swa_tail(preset, s) for s in _seeds(preset)]
     return Plan(
         preset,
         runs,
