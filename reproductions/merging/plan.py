@@ -51,8 +51,7 @@ FT_LR = 1e-3  # the fine-tunes' peak learning rate
 # the merge step's evaluation windows per split (8 x 128 bytes each); quality's are more, to separate merges whose
 # losses differ by hundredths
 EVAL_BATCHES = {"smoke": 4, "quality": 8, "gpu": 4, "swa-seeds": 8}
-# the merge step's wall seconds, measured on 2 cores (swa-seeds: quality's 4.7 s a row, times its 30 rows)
-MERGE_S = {"smoke": 86, "quality": 154, "gpu": 86, "swa-seeds": 141}
+MERGE_S = {"smoke": 86, "quality": 154, "gpu": 86, "swa-seeds": 46}  # the merge step's wall seconds on 2 cores
 
 
 def _folder(preset: str) -> str:
@@ -195,8 +194,8 @@ def _steps(preset: str) -> int:
 
 
 def _minutes(preset: str) -> int:
-    """Estimated (not measured) from the phases of results/merging-smoke and merging-quality on 2 cores: 0.135 s a
-    timed step, 0.17 s an evaluation (one every 20 steps), and the merge step's rows (MERGE_S)."""
+    """Estimated (not measured) from the phases of results/merging-smoke, -quality and -swa-seeds on 2 cores: 0.135 s
+    a timed step, 0.17 s an evaluation (one every 20 steps), and the merge step's rows (MERGE_S, measured)."""
     steps = _steps(preset)
     return round((0.135 * steps + 0.17 * steps / 20 + MERGE_S[preset]) / 60)
 
