@@ -115,17 +115,18 @@ def _finetune(preset: str, task: str, seed: int) -> RunConfig:
 
 
 def _swa_tail(preset: str, seed: int) -> RunConfig:
-    """SWA's constant-rate tail of the text fine-tune of `seed` (module docstring)."""
-    start = _tail_start(preset)
-    steps = BUDGETS[preset][1] - start
+    """SWA's constant-rate tail of the text fine-tune of `seed` (module docstring), read off that run's config."""
+    decaying = _finetune(preset, TASKS[0], seed)
+    start, total = decaying.save_every, BUDGETS[preset][1]
+    steps = total - start
     return RunConfig(
         method="ddp",
         seed=seed + TAIL_SEED,
-        data=f"stdlib-{TASKS[0]}",
-        init_from=str(trajectory_path(finetune_path(preset, TASKS[0], seed), start)),
+        data=decaying.data,
+        init_from=str(trajectory_path(decaying.checkpoint, start)),
         checkpoint=swa_path(preset, seed),
         tokens=steps * STEP_TOKENS,
-        lr=FT_LR * cosine_factor(start / BUDGETS[preset][1], RunConfig.min_lr_ratio),
+        lr=decaying.lr * cosine_factor(start / total, decaying.min_lr_ratio),
         save_every=steps // TAIL_SAVES,
         **_common(preset),
     )
