@@ -31,6 +31,9 @@ class Samples:
     baseline: np.ndarray | None = None
     baseline_rows: pd.DataFrame | None = None  # the baseline side's runs (the plateau reads them)
     note: str = ""  # what the verdict's reason adds (e.g. how many seeds reached a target, suite/targets.py)
+    # where no seed of the method gave a value because each ended short of it (suite/targets.py: no seed reached the
+    # target), each seed's lower bound of the value it would give: the least of them bounds the mean from below
+    floors: np.ndarray | None = None
 
 
 METRICS: dict[str, Callable[..., Samples]] = {}

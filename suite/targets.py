@@ -22,7 +22,10 @@ For every seed of both arms the `to-target` metric reads, off the run's validati
 A seed that never reaches the target gives no value, and neither does a diverged run (its loss stopped being a
 number), a run without any evaluation, or (for CPU seconds) a record without CPU time; the reason names each such
 seed and how many seeds of each arm reached the target. Every baseline seed reaches the target by its last
-evaluation, so each seed of the method that reaches it gives a pair.
+evaluation, so each seed of the method that reaches it gives a pair. A complete run of the method that ended
+above the target bounds its seed's ratio from below (its whole budget over the baseline's tokens to the target);
+where every seed of the method ended so, the samples carry those bounds (`Samples.floors`) and the verdict judges
+the least of them (suite/verdicts.py: a right-censored value, as survival analysis calls it).
 
 The samples are method / baseline per seed, paired by seed and setting as the `ratio` metric pairs them: a seed
 fixes initialisation and data order in both arms, so the pair shares that noise and the ratio cancels it, and the
@@ -176,11 +179,13 @@ def to_target(
     b, b_notes = _costs(theirs, goal, field)
     keys = a.index.intersection(b.index)
     sides = [("method's", mine, a, a_notes), ("baseline's", theirs, b, b_notes)]
+    bounds = pd.Series(dtype=float)
     if len(goal):
-        bounds = _lower_bounds(mine, goal, b) if field == "tokens_to_target" else pd.Series(dtype=float)
+        bounds = _lower_bounds(mine, goal, b) if field == "tokens_to_target" else bounds
         note = _note(goal, sides, len(keys)) + _bounds_text(bounds)
     else:
         note = "; the baseline has no validation loss to set a target"
+    every_seed_short = a.empty and not bounds.empty and len(bounds) == len(mine[["seed", "setting"]].drop_duplicates())
     return Samples(
         (a[keys] / b[keys]).to_numpy(dtype=float),
         pd.concat([mine, theirs]),
@@ -188,4 +193,5 @@ def to_target(
         b[keys].to_numpy(dtype=float),
         theirs,
         note=note,
+        floors=bounds.to_numpy(dtype=float) if every_seed_short else None,
     )

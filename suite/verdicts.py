@@ -114,6 +114,7 @@ class Verdict:
     calibration: tuple[tuple[str, float, bool], ...] = ()
     parts: tuple[tuple[str, str], ...] = ()  # a compound claim's halves: (claim id, that claim's own verdict)
     commits: str = ""  # where the deciding records come from (see commits)
+    floor: float | None = None  # a value no seed reached (see _beyond_floors): the mean lies above it
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -243,6 +244,8 @@ def evaluate(claim: Claim, df: pd.DataFrame) -> Verdict:
     env = Environment.of(df)
     unmet = [r for r in claim.requires if not env.meets(r)]
     samples, label, said = _decisive(claim, rows, allow_measured=not unmet)
+    if samples is not None and samples.floors is not None:
+        return _beyond_floors(claim, samples, label, said, shown)
     if samples is None:
         if unmet:
             return Verdict(
@@ -297,6 +300,38 @@ def evaluate(claim: Claim, df: pd.DataFrame) -> Verdict:
         run_ids=tuple(samples.rows["run_id"]),
         shown=shown,
         calibration=sweep,
+        commits=origin(samples.rows["git_sha"], samples.rows["git_dirty"]),
+    )
+
+
+def _beyond_floors(claim: Claim, samples: Samples, label: str, said: str, shown: tuple[Shown, ...]) -> Verdict:
+    """The verdict where every seed of the method ended short of a value it would give (suite/targets.py): each
+    seed's value lies above its floor, so their mean lies above the least floor. Above the band's upper edge that
+    decides the claim (fell short where lower is better, exceeded where higher is); with no paper value the floor is
+    what was measured; otherwise it cannot tell."""
+    floor = float(samples.floors.min())
+    what = f"above {floor:.4g} {claim.unit} (a lower bound: every seed lies above its own, the least of them)"
+    paper = claim.paper_range
+    if not claim.has_paper_value or paper is None or claim.band is None:
+        word, how = "measured, no paper value", f"the paper gives no value to compare with; {what}"
+    elif floor > paper[1] + claim.band.value:
+        word = "fell short" if claim.better == "lower" else "exceeded"
+        how = f"{what}, beyond the band's upper edge {paper[1] + claim.band.value:.4g}; {claim.better} is better"
+    else:
+        word, how = "inconclusive", f"{what}, not beyond the band's upper edge {paper[1] + claim.band.value:.4g}"
+    if word == "measured, no paper value":
+        word = f"{kind_of(label)}, no paper value"
+    return Verdict(
+        word,
+        n_seeds=len(samples.floors),
+        floor=floor,
+        reason=f"{how}{said}",
+        provenance=label,
+        band=_band_text(claim),
+        hardware=_hardware(samples.rows),
+        scale=_scale(samples.rows),
+        run_ids=tuple(samples.rows["run_id"]),
+        shown=shown,
         commits=origin(samples.rows["git_sha"], samples.rows["git_dirty"]),
     )
 
@@ -388,7 +423,8 @@ def _decisive(claim: Claim, rows: pd.DataFrame, allow_measured: bool) -> tuple[S
     """Samples from the first kind of evidence the claim accepts that has any: measured (on hardware that
     meets the requirements), then counted, then estimated, each where the claim allows it. Simulated numbers
     never decide. Third: the metric's note on the samples (suite/targets.py: how many seeds reached the
-    target), or where none gave a value, the first kind's note on why."""
+    target), or where none gave a value, the first kind's note on why. Where no kind gives a value but one's every
+    seed ended short of it (Samples.floors: no seed reached the target), that kind's samples, without values."""
     if "evidence" not in rows.columns:  # no records at all
         return None, None, ""
     labels = []
@@ -398,13 +434,15 @@ def _decisive(claim: Claim, rows: pd.DataFrame, allow_measured: bool) -> tuple[S
         labels.append(("counted", rows))
     if "estimated" in claim.evidence:
         labels.append(("estimated", rows))
-    why = ""
+    why, short = "", None
     for label, candidates in labels:
         samples = _samples_of(claim, candidates, label)
         if len(samples.values) and (samples.baseline is None or len(samples.baseline)):
             return samples, label, samples.note
         why = why or samples.note
-    return None, None, why
+        if short is None and samples.floors is not None:
+            short = samples, label, samples.note
+    return short or (None, None, why)
 
 
 def _beside(claim: Claim, rows: pd.DataFrame) -> list[Shown]:

@@ -26,7 +26,7 @@ def curve(*losses: float, every: int = 10) -> tuple[tuple[int, int, float], ...]
 def to_target(field: str = "tokens_to_target", **fields):
     """A to-target card of method m against ddp without a paper value (the fixture's memory card, reshaped)."""
     spec = {"name": "to-target", "field": field, "method": "m", "baseline": "ddp"}
-    return claim(metric=spec, paper_value=None, band=None, **{"seeds_needed": 3, **fields})
+    return claim(**{"metric": spec, "paper_value": None, "band": None, "seeds_needed": 3, **fields})
 
 
 # strictly falling losses at strictly increasing token counts: the curves a crossing is defined on. Losses to 6
@@ -127,6 +127,37 @@ def test_a_seed_that_never_reaches_the_target_gives_no_value_and_the_reason_says
     )
 
 
+# every seed of the method ends above the baseline's 2.0 after 40, 60 and 80 steps: above 1x, 1.5x and 2x its tokens
+SHORT = [curve(2.9, 2.5, 2.3, 2.1), curve(2.9, 2.5, 2.3, 2.2, 2.1, 2.05), curve(*[2.9, 2.5] * 3, 2.3, 2.1)]
+
+
+def test_where_no_seed_reaches_the_target_the_least_lower_bound_is_what_was_measured():
+    verdict = evaluate(to_target(), _sides(SHORT, BASELINE))
+    assert verdict.verdict == "measured, no paper value" and verdict.measured is None
+    assert verdict.floor == pytest.approx(1.0) and verdict.n_seeds == 3 and len(verdict.run_ids) == 6
+    assert "above 1 x" in verdict.reason and "reached by 0 of 3 seeds of the method's arm" in verdict.reason
+    assert "above 1x to 2x the baseline's tokens" in verdict.reason
+
+
+@pytest.mark.parametrize(
+    ("paper", "better", "word"),
+    [(0.5, "lower", "fell short"), (0.5, "higher", "exceeded"), (1.5, "lower", "inconclusive")],
+)
+def test_a_lower_bound_beyond_the_bands_upper_edge_decides_a_paper_value(paper, better, word):
+    """Every seed's value lies above its bound: above the band's upper edge, the claim is decided; inside it, not."""
+    card = to_target(paper_value=paper, band={"tolerance": 0.1, "source": "a test band"}, better=better)
+    short = [curve(2.9, 2.5, 2.3, 2.2, 2.1, 2.05)] * 3  # each above 1.5x
+    verdict = evaluate(card, _sides(short, BASELINE))
+    assert verdict.verdict == word and verdict.floor == pytest.approx(1.5)
+
+
+def test_a_seed_without_a_bound_leaves_the_card_undecided():
+    """A diverged seed or one that reached the target: not every seed is bounded, so no bound decides."""
+    method = [*SHORT[:2], curve(2.5, 1.5, 1.4, 1.3)]
+    verdict = evaluate(to_target(), _sides(method, BASELINE))
+    assert verdict.verdict == "inconclusive" and verdict.floor is None
+
+
 def test_a_method_below_the_target_at_its_first_evaluation_is_named_as_an_upper_bound():
     verdict = evaluate(to_target(), _sides([curve(1.9, 1.8, 1.7, 1.6)] * 3, BASELINE))
     assert verdict.measured == pytest.approx(10 / 40)
@@ -161,3 +192,10 @@ def test_the_new_cards_load_with_their_sides():
     for ident in ("sdp-tokens-to-target", "fl-tokens-to-target-fsdp", "dion-tokens-to-target-vs-adamw"):
         assert cards[ident].metric["name"] == "to-target" and cards[ident].better == "lower"
     assert cards["dion-tokens-to-target-vs-adamw"].paper_range == (0.333, 0.5)
+
+
+def test_the_report_shows_a_lower_bound_as_one():
+    from suite.report.pages import _ours
+
+    verdict = evaluate(to_target(), _sides(SHORT, BASELINE))
+    assert _ours(verdict, "x ddp tokens") == "> 1 x ddp tokens (3 seeds, a lower bound)"

@@ -358,6 +358,8 @@ def _paper_value(claim: Claim) -> str:
 
 
 def _measured(verdict: Verdict, unit: str) -> str:
+    if verdict.measured is None and verdict.floor is not None:
+        return f"> {fmt_number(verdict.floor)} {unit} ({verdict.n_seeds} seeds, a lower bound)"
     if verdict.measured is None:
         return "—"
     noise = 1e-9 * max(1.0, abs(verdict.measured))  # a spread of float rounding between equal seeds is 0
