@@ -20,7 +20,7 @@ DDP's steps, then cosine over each arm's own budget) at the smoke learning rate,
 s measured on 2 cores, results/sdp-tune; estimated 35 minutes, see quality_wall_s): the learning-rate sweep of the
 tuned protocol (issue 26 item 3, AlgoPerf's rule), each quality arm on seed 0 at the shorter budget, on the quality
 preset's corpus and schedule rule, at every rate of LR_GRID (15 runs), filed as LR_SWEEP; suite.sweeps.sweep_winners
-picks each arm's rate (LR_TUNED) and refuses a winner at the grid's edge. Tuned (CPU, 944 s measured on seeds 1-3,
+picks each arm's rate (LR_TUNED) and refuses a winner at the grid's edge. Tuned (CPU, 1,730 s measured on 2 quiet cores,
 results/sdp-tuned): the tune's arms at their LR_TUNED rates on TUNED_SEEDS, at the tune's budget. Masking (CPU, 8
 gloo workers): b-sdp against bb-sdp at C = 3/8 on llama-tiny-8l, three seeds, the quality corpus and schedule rule.
 Calibrate (CPU, about 12 minutes, written beside the smoke records): the 1B baselines over micro-batch and
