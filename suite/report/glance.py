@@ -210,6 +210,7 @@ def ratio_chart(rows: list[tuple[Claim, Verdict]]) -> Chart | None:
     ax = axes[0, 0]
     seen: list[float] = []
     ratio_rows = 0
+    bounds = any(v.floor is not None for _, v in rows)
     for y, (claim, verdict) in enumerate(rows):
         colour = COLOURS[verdict.verdict]
         band = _band(claim) if on_ratio_axis(claim) else None
@@ -249,6 +250,11 @@ def ratio_chart(rows: list[tuple[Claim, Verdict]]) -> Chart | None:
                 )
                 seen.append(shown.value)
                 drawn = True
+        if not drawn and on_ratio_axis(claim) and verdict.floor is not None and verdict.floor > 0:
+            # a lower bound (suite/verdicts.py, _beyond_floors): every seed lies to its right
+            ax.scatter(verdict.floor, y, marker=">", s=70, color=colour, zorder=4, edgecolors="white", linewidths=0.8)
+            seen.append(verdict.floor)
+            drawn = True
         ratio_rows += band is not None or drawn
         if not drawn:
             note = "no run here" if not verdict.run_ids else "no value on this axis"
@@ -261,7 +267,7 @@ def ratio_chart(rows: list[tuple[Claim, Verdict]]) -> Chart | None:
     ax.grid(axis="y", visible=False)
     ax.set_xlabel("method ÷ baseline (log scale)" if ratio_rows else "")
     ax.legend(
-        handles=_legend_handles(),
+        handles=_legend_handles(bounds),
         loc="lower left",
         bbox_to_anchor=(0.0, 1.0),
         ncol=4,
@@ -275,7 +281,8 @@ def ratio_chart(rows: list[tuple[Claim, Verdict]]) -> Chart | None:
         "Black tick: the paper's value; grey bar: its band. Marker: our value (circle measured, diamond "
         "estimated); coloured line: what was judged against the band (the seeds' 95% interval or the range over "
         "settings). Hollow grey markers are shown beside the verdict, not judged (triangle: projected by "
-        "suite/sim). Colour and the word on the right: the verdict.",
+        "suite/sim). Colour and the word on the right: the verdict."
+        + (" Lower bound: every seed of the method lies above it (none reached the target)." if bounds else ""),
     )
 
 
@@ -294,7 +301,7 @@ def _log_limits(ax, values: list[float]) -> None:
     ax.xaxis.set_minor_formatter("")
 
 
-def _legend_handles() -> list:
+def _legend_handles(bounds: bool = False) -> list:
     def marker(shape: str, label: str, hollow: bool = False) -> Line2D:
         return Line2D(
             [],
@@ -316,6 +323,7 @@ def _legend_handles() -> list:
         marker(MARKERS["estimated"], "estimated"),
         marker(MARKERS["projected"], "projected (shown)", hollow=True),
         marker(MARKERS["measured"], "other setting (shown)", hollow=True),
+        *([marker(">", "lower bound")] if bounds else []),
     ]
 
 
