@@ -309,16 +309,19 @@ def _beyond_floors(claim: Claim, samples: Samples, label: str, said: str, shown:
     seed's value lies above its floor, so their mean lies above the least floor. Above the band's upper edge that
     decides the claim (fell short where lower is better, exceeded where higher is); with no paper value the floor is
     what was measured; otherwise it cannot tell."""
-    floor = float(samples.floors.min())
+    floor, n = float(samples.floors.min()), len(samples.floors)
     what = f"above {floor:.4g} {claim.unit} (a lower bound: every seed lies above its own, the least of them)"
     paper = claim.paper_range
-    if not claim.has_paper_value or paper is None or claim.band is None:
+    edge = paper[1] + claim.band.value if paper is not None and claim.band is not None else None
+    if n < claim.seeds_needed:
+        word, how = "inconclusive", f"{what}; {n} seed{'' if n == 1 else 's'}, the claim needs {claim.seeds_needed}"
+    elif not claim.has_paper_value:
         word, how = "measured, no paper value", f"the paper gives no value to compare with; {what}"
-    elif floor > paper[1] + claim.band.value:
+    elif edge is not None and floor > edge:
         word = "fell short" if claim.better == "lower" else "exceeded"
-        how = f"{what}, beyond the band's upper edge {paper[1] + claim.band.value:.4g}; {claim.better} is better"
+        how = f"{what}, beyond the band's upper edge {edge:.4g}; {claim.better} is better"
     else:
-        word, how = "inconclusive", f"{what}, not beyond the band's upper edge {paper[1] + claim.band.value:.4g}"
+        word, how = "inconclusive", f"{what}, not beyond the band's upper edge" + (f" {edge:.4g}" if edge else "")
     if word == "measured, no paper value":
         word = f"{kind_of(label)}, no paper value"
     return Verdict(

@@ -151,6 +151,11 @@ def test_a_lower_bound_beyond_the_bands_upper_edge_decides_a_paper_value(paper, 
     assert verdict.verdict == word and verdict.floor == pytest.approx(1.5)
 
 
+def test_a_lower_bound_needs_the_seeds_a_claim_asks_for():
+    verdict = evaluate(to_target(seeds_needed=4), _sides(SHORT, BASELINE))
+    assert verdict.verdict == "inconclusive" and "3 seeds, the claim needs 4" in verdict.reason
+
+
 def test_a_seed_without_a_bound_leaves_the_card_undecided():
     """A diverged seed or one that reached the target: not every seed is bounded, so no bound decides."""
     method = [*SHORT[:2], curve(2.5, 1.5, 1.4, 1.3)]
