@@ -13,7 +13,7 @@ FLOP-matched arm scored also on the local lm-eval task heldout_next; the memory 
 ResNet-18 on the embedded digits with 4 workers (DDP, B-SDP, N-SDP; two holders per component). Paper-scale
 memory and bytes come from `estimate` (fake tensors; llama-1b and llama-500m on 8 ranks, 1B B-SDP vs TP on 2), and the
 inter-node wall-clock from projecting those ledgers onto 2 nodes of 4 A100s (suite/sim): both labelled,
-never mixed with measurements. Quality (CPU, 6,542 s measured on 2 shared cores, results/sdp-quality; estimated 62
+never mixed with measurements. Quality (CPU, 2,536 s measured on 2 quiet cores, results/sdp-quality; estimated 62
 minutes, see quality_wall_s): the smoke quality arms on the stdlib corpus at two budgets a factor 2 apart
 (QUALITY_STEPS DDP steps), SDP_SEEDS seeds each, one schedule for every arm (QUALITY_SCHEDULE: warm-up over 10% of
 DDP's steps, then cosine over each arm's own budget) at the smoke learning rate, not tuned per arm. Tune (CPU, 1,559
