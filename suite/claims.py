@@ -192,6 +192,15 @@ class Claim:
         return None
 
     @property
+    def band_range(self) -> tuple[float, float] | None:
+        """The paper's range widened on both sides by the band's tolerance: what a value is judged against. None
+        without a numeric paper value or a band."""
+        paper = self.paper_range
+        if paper is None or self.band is None:
+            return None
+        return paper[0] - self.band.value, paper[1] + self.band.value
+
+    @property
     def has_paper_value(self) -> bool:
         return self.paper_value is not None
 

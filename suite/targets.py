@@ -179,9 +179,8 @@ def to_target(
     b, b_notes = _costs(theirs, goal, field)
     keys = a.index.intersection(b.index)
     sides = [("method's", mine, a, a_notes), ("baseline's", theirs, b, b_notes)]
-    bounds = pd.Series(dtype=float)
+    bounds = _lower_bounds(mine, goal, b) if len(goal) and field == "tokens_to_target" else pd.Series(dtype=float)
     if len(goal):
-        bounds = _lower_bounds(mine, goal, b) if field == "tokens_to_target" else bounds
         note = _note(goal, sides, len(keys)) + _bounds_text(bounds)
     else:
         note = "; the baseline has no validation loss to set a target"

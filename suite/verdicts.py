@@ -311,22 +311,19 @@ def _beyond_floors(claim: Claim, samples: Samples, label: str, said: str, shown:
     what was measured; otherwise it cannot tell."""
     floor, n = float(samples.floors.min()), len(samples.floors)
     what = f"above {floor:.4g} {claim.unit} (a lower bound: every seed lies above its own, the least of them)"
-    paper = claim.paper_range
-    edge = paper[1] + claim.band.value if paper is not None and claim.band is not None else None
+    edge = claim.band_range[1] if claim.band_range else None
     if n < claim.seeds_needed:
         word, how = "inconclusive", f"{what}; {n} seed{'' if n == 1 else 's'}, the claim needs {claim.seeds_needed}"
     elif not claim.has_paper_value:
-        word, how = "measured, no paper value", f"the paper gives no value to compare with; {what}"
+        word, how = f"{kind_of(label)}, no paper value", f"the paper gives no value to compare with; {what}"
     elif edge is not None and floor > edge:
         word = "fell short" if claim.better == "lower" else "exceeded"
         how = f"{what}, beyond the band's upper edge {edge:.4g}; {claim.better} is better"
     else:
         word, how = "inconclusive", f"{what}, not beyond the band's upper edge" + (f" {edge:.4g}" if edge else "")
-    if word == "measured, no paper value":
-        word = f"{kind_of(label)}, no paper value"
     return Verdict(
         word,
-        n_seeds=len(samples.floors),
+        n_seeds=n,
         floor=floor,
         reason=f"{how}{said}",
         provenance=label,
@@ -595,10 +592,9 @@ def _interval(samples: Samples) -> tuple[float, float]:
 def _judge_band(claim: Claim, samples: Samples) -> dict[str, Any]:
     low, high = _interval(samples)
     what = f"{low:.4g}" if low == high else f"[{low:.4g}, {high:.4g}] ({_interval_kind(samples)})"
-    if claim.band is None or claim.paper_range is None:
+    if claim.band_range is None:
         return {"verdict": "measured, no paper value", "reason": what, "interval": (low, high)}
-    lo, hi = claim.paper_range
-    lo, hi = lo - claim.band.value, hi + claim.band.value
+    lo, hi = claim.band_range
     lower_better = claim.better == "lower"
     if lo <= low and high <= hi:
         word, where = "reproduced", "inside"
@@ -726,7 +722,7 @@ def _noise(mine: np.ndarray, theirs: np.ndarray, boundaries: tuple[float, ...]) 
 def _band_text(claim: Claim) -> str:
     if claim.kind == "quality":
         return f"{claim.test} test, margin {claim.margin}, {claim.seeds_needed}+ seeds per arm, Welch at {ALPHA}"
-    if claim.band is None or claim.paper_range is None:
+    if claim.band_range is None:
         return "no paper value"
     lo, hi = claim.paper_range
     value = f"{lo:g}" if lo == hi else f"[{lo:g}, {hi:g}]"

@@ -182,11 +182,7 @@ def summary(verdicts: list[tuple[Claim, Verdict]], frame: pd.DataFrame) -> list[
 
 
 def _band(claim: Claim) -> tuple[float, float] | None:
-    paper = claim.paper_range
-    if paper is None:
-        return None
-    tolerance = claim.band.value if claim.band else 0.0
-    return paper[0] - tolerance, paper[1] + tolerance
+    return claim.band_range or claim.paper_range  # no band: the paper's value alone
 
 
 def _judged(verdict: Verdict) -> tuple[float, float] | None:
