@@ -27,6 +27,11 @@ The verdict itself is suite/verdicts.py. claims.yaml is a list of claims (or a m
     what_would_test: 8 GPUs on 2 nodes, python -m suite reproduce sdp --preset gpu
     command: python -m suite reproduce sdp --preset gpu
     requires_claims: [sdp-quality]   # a compound claim ("less memory with quality kept"): see below
+    regime:                          # where the paper's number lives; every entry states its source (below)
+      params: {min: 1.0e9, source: "LLaMA 1B (v5, Table 3)"}
+      workers: {min: 8, source: secondary summary, unverified}
+      device: {is: cuda, source: peak GPU memory}
+      protocol: {paper: "...", here: "...", source: "..."}   # `here`: the card judges another protocol
 
 Quality claims compare the method's seeds with the baseline's instead of a band:
     test: equivalence            # "equal": two one-sided tests; non-inferiority: "equal or better";
@@ -43,6 +48,15 @@ A `source_status` that begins with "derived" says the value is a formula the sui
 the model", never "reproduced". `requires_claims` names the other halves of a compound claim (claims of the
 same file, themselves not compound): the card's verdict is the weakest of its own and theirs
 (suite/verdicts.py STRENGTH), and the card links them.
+
+`regime` is the paper's regime: the scale and protocol its number comes from. Every claim with a paper value that is
+not the suite's own derivation declares one, with what would test it there. Checked entries: `params` (the model's
+parameters, at least), `workers` (the world size, at least), `groups` (federation groups K, at least), `device`
+(cuda or cpu), `gpu` (a device name containing it); stated ones: `rank`, `data`, `hardware` ({note, source}) and
+`protocol` (the paper's, and with `here` the other protocol this card judges instead: no run of it is then in the
+paper's regime). A property the paper states for any size says so with `any_scale: {because, source}`. Only
+records inside every checked entry may say reproduced, exceeded or fell short; the rest give a small-scale finding
+(suite/verdicts.py SMALL_SCALE).
 """
 
 from __future__ import annotations
@@ -94,7 +108,11 @@ _FIELDS = {
     "what_would_test",
     "command",
     "requires_claims",
+    "regime",
 }
+# a regime's entries: checked against the deciding records (the number's comparison and the record column it reads)
+REGIME_CHECKED = {"params": "min", "workers": "min", "groups": "min", "device": "is", "gpu": "is"}
+REGIME_STATED = ("rank", "data", "hardware")
 
 
 @dataclass(frozen=True)
@@ -150,6 +168,44 @@ class Beside:
 
 
 @dataclass(frozen=True)
+class Bound:
+    """One entry of a paper's regime: what it is (`name`), its value (a least `min`, an exact `is`, or a `note` that is
+    stated, not checked) and where it comes from."""
+
+    name: str
+    value: float | str
+    source: str
+    check: str = "note"  # min, is or note
+
+    def __str__(self) -> str:
+        shown = f"{self.value:,.4g}" if isinstance(self.value, float) else self.value
+        what = {"min": f"at least {shown}", "is": str(shown)}.get(self.check, str(shown))
+        return f"{self.name} {what} ({self.source})"
+
+
+@dataclass(frozen=True)
+class Regime:
+    """Where the paper's number lives (claims.yaml `regime`): checked bounds, stated ones, the paper's protocol and,
+    where the card judges another, that one (`here`)."""
+
+    bounds: tuple[Bound, ...] = ()
+    protocol: str = ""
+    protocol_source: str = ""
+    here: str = ""  # the protocol this card judges instead of the paper's: no run of it is in the paper's regime
+    any_scale: str = ""  # why the paper's statement holds at any size (then no bound is checked)
+
+    @property
+    def checked(self) -> tuple[Bound, ...]:
+        return tuple(b for b in self.bounds if b.check != "note")
+
+    def __str__(self) -> str:
+        parts = [f"any scale: {self.any_scale}"] if self.any_scale else [str(b) for b in self.bounds]
+        if self.protocol:
+            parts.append(f"protocol {self.protocol} ({self.protocol_source})")
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True)
 class Claim:
     id: str
     statement: str
@@ -176,6 +232,7 @@ class Claim:
     # e.g. DDP's equal-steps runs spend exactly the FLOP budget they define: one set of runs serves both
     baseline_protocol: str | None = None
     requires_claims: tuple[str, ...] = ()  # the other halves of a compound claim (their ids)
+    regime: Regime | None = None  # where the paper's number lives: None for derived cards and those with no value
 
     @property
     def derived(self) -> bool:
@@ -391,7 +448,72 @@ def parse_claim(entry: Any, where: str) -> Claim:
         beside=_beside(e),
         baseline_protocol=baseline_protocol,
         requires_claims=requires_claims,
+        regime=_regime(e, paper_value, what_would_test),
     )
+
+
+def _regime(e: _Entry, paper_value: Any, what_would_test: str) -> Regime | None:
+    """The paper's regime: required of every claim that judges a paper's number (not derived), with what would test
+    the claim inside it; each entry a mapping with its value and source."""
+    spec = e.get("regime", dict, None)
+    judges_paper = paper_value is not None and not str(e.entry.get("source_status", "")).startswith("derived")
+    if spec is None:
+        if judges_paper:
+            raise e.error("regime", "missing; a claim with a paper value states the paper's regime (model size, "
+                          "workers or groups, hardware, protocol, each with its source)")  # fmt: skip
+        return None
+    if not what_would_test.strip():
+        raise e.error("what_would_test", "missing; a claim with a regime says what would test it there")
+    known = {*REGIME_CHECKED, *REGIME_STATED, "protocol", "any_scale"}
+    if unknown := sorted(set(spec) - known, key=str):
+        raise e.error(f"regime.{unknown[0]}", f"not a regime entry; use one of {sorted(known)}")
+    bounds = tuple(_bound(e, name, spec[name]) for name in spec if name not in ("protocol", "any_scale"))
+    protocol = _regime_entry(e, "protocol", spec.get("protocol"), {"paper"}, {"here"}) if "protocol" in spec else {}
+    any_scale = _regime_entry(e, "any_scale", spec["any_scale"], {"because"}) if "any_scale" in spec else {}
+    checked = [b for b in bounds if b.check != "note"]
+    if any_scale and checked:
+        raise e.error("regime.any_scale", "a claim for any size checks no bound; drop the bounds or any_scale")
+    if not any_scale and not checked:
+        raise e.error("regime", f"no checked entry; give one of {sorted(REGIME_CHECKED)} (or any_scale)")
+    return Regime(
+        bounds,
+        protocol.get("paper", ""),
+        protocol.get("source", ""),
+        protocol.get("here", ""),
+        any_scale.get("because", "") + (f" ({any_scale['source']})" if any_scale else ""),
+    )
+
+
+def _regime_entry(e: _Entry, name: str, spec: Any, needed: set[str], optional: frozenset | set = frozenset()) -> dict:
+    """A regime entry's mapping: the fields `needed` and a source, all text."""
+    allowed = needed | set(optional) | {"source"}
+    if not isinstance(spec, dict) or not ({*needed, "source"} <= set(spec) <= allowed):
+        raise e.error(f"regime.{name}", f"expected {{{', '.join(sorted(allowed))}}}, found {_short(spec)}")
+    if bad := [k for k, v in spec.items() if not (isinstance(v, str) and v.strip())]:
+        raise e.error(f"regime.{name}.{bad[0]}", "expected text")
+    return spec
+
+
+def _bound(e: _Entry, name: str, spec: Any) -> Bound:
+    if name in REGIME_STATED:
+        entry = _regime_entry(e, name, spec, {"note"})
+        return Bound(name, entry["note"], entry["source"])
+    check = REGIME_CHECKED[name]
+    if not isinstance(spec, dict) or set(spec) != {check, "source"}:
+        raise e.error(f"regime.{name}", f"expected {{{check}: X, source: where X comes from}}, found {_short(spec)}")
+    value, source = spec[check], spec["source"]
+    if not isinstance(source, str) or not source.strip():
+        raise e.error(f"regime.{name}.source", "say where the paper's value comes from")
+    if check == "min":
+        if not _finite(value) or value <= 0:
+            raise e.error(f"regime.{name}.min", f"must be a finite number > 0, found {_short(value)}")
+        return Bound(name, float(value), source, check)
+    allowed = ("cuda", "cpu") if name == "device" else None
+    if not isinstance(value, str) or not value.strip() or (allowed and value not in allowed):
+        raise e.error(
+            f"regime.{name}.is", f"expected {' or '.join(allowed) if allowed else 'a name'}, found {_short(value)}"
+        )
+    return Bound(name, value, source, check)
 
 
 def _paper_value(e: _Entry, kind: str) -> float | tuple[float, float] | str | None:

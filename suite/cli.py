@@ -356,6 +356,25 @@ def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
     return 0 if not missing and all(r["status"] in FINISHED for r in records) else 1
 
 
+GPU_CHECK = "benchmarks/gpu_check.py"  # what a GPU check's summary.json names ("what"; docs/gpu-check.md)
+
+
+def gpu_checks(folder: Path) -> list[Path]:
+    """The folders below `folder` that hold a GPU check's records (its summary.json names GPU_CHECK): runs
+    shortened and items cut at each step's share of the check's budget, a check of the machinery, not a plan run.
+    No report reads them (a report reads its reproduction's plan runs, plan_runs), so `verdicts` over a folder
+    above one leaves it out; named itself, it is read like any folder."""
+    found = []
+    for summary in sorted(Path(folder).rglob("summary.json")):
+        try:
+            what = json.loads(summary.read_text()).get("what", "")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if summary.parent != Path(folder) and GPU_CHECK in str(what):
+            found.append(summary.parent)
+    return found
+
+
 def cmd_verdicts(args: argparse.Namespace, argv: list[str]) -> int:
     from suite.records import load_records
     from suite.verdicts import origin, verdict_rows, verdict_table
@@ -364,7 +383,12 @@ def cmd_verdicts(args: argparse.Namespace, argv: list[str]) -> int:
     for folder in args.results:
         if not Path(folder).is_dir():
             raise UsageError(f"no results folder {folder!r}; give folders that hold run records")
-        found = load_records(folder)[0]
+        checks = gpu_checks(Path(folder))
+        found = [r for r in load_records(folder)[0] if not any(Path(r["_path"]).is_relative_to(c) for c in checks)]
+        origins += [
+            f"{c}: left out, a GPU check's records ({GPU_CHECK}; no report reads them; name it to judge them)"
+            for c in checks
+        ]
         records += found
         env = [r["env"] for r in found]
         origins.append(f"{folder}: {origin([e.get('git_sha') for e in env], [e.get('git_dirty') for e in env])}")

@@ -7,8 +7,10 @@ attention activations than the CPU kernels the estimate runs). On CPU the tracke
 peaks of fp32 runs agree to the byte, bf16 under FSDP2 within 1.5% (measured on llama-tiny).
 
 `judging(field, rows)` names the rows that judge a summary field a claim card reads (peak_bytes_max: the
-peaks; state_bytes_max: the model state; comm bytes: every collective's bytes): an estimate may decide a card
-only where its estimator check judges that field, at the card's compositions (tests/test_sdp_fsdp.py).
+peaks; state_bytes_max: the model state; comm_bytes_per_rank_step: every collective's payload, the rows
+"OP@GROUP bytes"; comm_wire_bytes_per_rank_step: every collective's ring wire bytes, the rows "OP@GROUP
+wire_bytes", which also depend on the group's size): an estimate may decide a card only where its estimator
+check judges that field, at the card's compositions (tests/test_sdp_fsdp.py).
 
 This module reads records only, so the report can use it without importing the training loop:
 `compare` judges an estimate rank by rank against a run of as many steps (`python -m suite estimate
@@ -75,7 +77,8 @@ def _per_rank(section: dict, estimated: dict) -> dict[int, dict]:
 
 
 def compare(estimated: dict, measured: dict) -> list[Row]:
-    """Row by row: totals, each rank's collectives and memory categories."""
+    """Row by row: totals, each rank's collectives (count, payload `bytes` and ring `wire_bytes` per op and
+    group) and memory categories."""
     rows = [
         Row(q, None, estimated["totals"][q], measured["totals"].get(q, 0), EXACT)
         for q in ("steps", "tokens", "flops", "hardware_flops")
@@ -86,12 +89,16 @@ def compare(estimated: dict, measured: dict) -> list[Row]:
         mine = {(o["op"], o["group"]): o for o in (est_comm[rank] or {"ops": []})["ops"]}
         for op in entry["ops"]:
             key = (op["op"], op["group"])
-            ours = mine.pop(key, {"count": 0, "bytes": 0})
+            ours = mine.pop(key, {"count": 0, "bytes": 0, "wire_bytes": 0})
             rows += [
                 Row(f"{op['op']}@{op['group']} {field}", rank, ours[field], op[field], EXACT)
-                for field in ("count", "bytes")
+                for field in ("count", "bytes", "wire_bytes")
             ]
-        rows += [Row(f"{o['op']}@{o['group']} bytes", rank, o["bytes"], 0, EXACT) for o in mine.values()]
+        rows += [
+            Row(f"{o['op']}@{o['group']} {field}", rank, o[field], 0, EXACT)
+            for o in mine.values()
+            for field in ("bytes", "wire_bytes")
+        ]
     tolerances = {**JUDGED_MEMORY, "peak_bytes": PEAK_CPU if measured["env"]["device"] == "cpu" else None}
     for entry in measured["memory"]["per_rank"]:
         rank = entry["rank"]
@@ -104,8 +111,8 @@ def compare(estimated: dict, measured: dict) -> list[Row]:
 CARD_FIELDS = {
     "peak_bytes_max": lambda q: q == "peak_bytes",
     "state_bytes_max": lambda q: q == "state_bytes",
-    "comm_bytes_per_rank_step": lambda q: q.endswith(" bytes"),
-    "comm_wire_bytes_per_rank_step": lambda q: q.endswith(" bytes"),
+    "comm_bytes_per_rank_step": lambda q: q.endswith(" bytes"),  # payload: "OP@GROUP bytes"
+    "comm_wire_bytes_per_rank_step": lambda q: q.endswith(" wire_bytes"),  # ring wire bytes: "OP@GROUP wire_bytes"
 }
 
 

@@ -34,6 +34,14 @@ from suite.metrics import METRICS, READS_DIVERGED, Samples, _per_seed, side
 from suite.records import FINISHED
 
 ALPHA = 0.05
+# What a paper-claim word becomes where the deciding records lie outside the paper's regime (Claim.regime): a
+# small-scale finding, never the paper's verdict, which stays "not testable here"
+SMALL_SCALE = {
+    "reproduced": "holds at small scale",
+    "exceeded": "holds at small scale",
+    "fell short": "does not hold at small scale",
+    "inconclusive": "inconclusive at small scale",
+}
 VERDICTS = (
     "reproduced",
     "matches the model",
@@ -44,17 +52,22 @@ VERDICTS = (
     "measured, no paper value",
     "counted, no paper value",
     "estimated, no paper value",
+    *dict.fromkeys(SMALL_SCALE.values()),
 )
 # From the weakest support for a claim to the strongest. A half that fell short refutes a compound claim; a
 # half nothing here can test leaves it untestable, even where more runs would settle the other; a half without
-# a paper number, or checked against our own formula, cannot make the whole "reproduced".
+# a paper number, or checked against our own formula, cannot make the whole "reproduced"; a half judged outside the
+# paper's regime makes the whole a small-scale finding at best.
 STRENGTH = (
     "fell short",
+    "does not hold at small scale",
     "not testable here",
     "inconclusive",
+    "inconclusive at small scale",
     "measured, no paper value",
     "counted, no paper value",
     "estimated, no paper value",
+    "holds at small scale",
     "matches the model",
     "reproduced",
     "exceeded",
@@ -115,13 +128,26 @@ class Verdict:
     parts: tuple[tuple[str, str], ...] = ()  # a compound claim's halves: (claim id, that claim's own verdict)
     commits: str = ""  # where the deciding records come from (see commits)
     floor: float | None = None  # a value no seed reached (see _beyond_floors): the mean lies above it
+    regime: str = ""  # the paper's regime, with the source of each entry (Claim.regime)
+    outside: str = ""  # why the deciding records lie outside it ('' inside, or with no regime)
+    at: str = ""  # the deciding records' scale in a few words, shown beside the word wherever it is shown
+    paper_verdict: str = ""  # the verdict on the paper's claim: the word itself inside the regime
+
+    @property
+    def small_scale(self) -> bool:
+        return bool(self.outside)
+
+    @property
+    def word_at(self) -> str:
+        """The word with the scale it was found at, where that is outside the paper's regime."""
+        return f"{self.verdict} ({self.at})" if self.outside and self.at else self.verdict
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
             raise ValueError(f"verdict {self.verdict!r} is not one of {VERDICTS}")
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "small_scale": self.small_scale, "word_at": self.word_at}
 
 
 @dataclass(frozen=True)
@@ -245,7 +271,7 @@ def evaluate(claim: Claim, df: pd.DataFrame) -> Verdict:
     unmet = [r for r in claim.requires if not env.meets(r)]
     samples, label, said = _decisive(claim, rows, allow_measured=not unmet)
     if samples is not None and samples.floors is not None:
-        return _beyond_floors(claim, samples, label, said, shown)
+        return in_regime(claim, _beyond_floors(claim, samples, label, said, shown), samples)
     if samples is None:
         if unmet:
             return Verdict(
@@ -254,13 +280,23 @@ def evaluate(claim: Claim, df: pd.DataFrame) -> Verdict:
                 f"What would test it: {claim.what_would_test}",
                 band=_band_text(claim),
                 shown=shown,
+                regime=str(claim.regime or ""),
+                paper_verdict="not testable here",
             )
         where = f" under the {claim.protocol} protocol" if claim.protocol else ""
         kinds = " or ".join(claim.evidence)
         reason = f"no complete {kinds} runs of {_arms(claim)}{where}"
         if said:  # runs there are, but none gave a value (e.g. no seed reached a target): the metric says why
             reason = f"the {kinds} runs of {_arms(claim)}{where} give no value{said}"
-        return Verdict("inconclusive", reason=reason, band=_band_text(claim), shown=shown)
+        reason += _filtered(claim, rows)
+        return Verdict(
+            "inconclusive",
+            reason=reason,
+            band=_band_text(claim),
+            shown=shown,
+            regime=str(claim.regime or ""),
+            paper_verdict="inconclusive",
+        )
     sweep = _sweep(claim, rows, label)
     if label in DETERMINISTIC and claim.kind != "quality":
         samples = _one_per_setting(samples)
@@ -282,7 +318,7 @@ def evaluate(claim: Claim, df: pd.DataFrame) -> Verdict:
     reason = verdict["reason"] + said + note
     if label == "estimated":
         reason += f" (estimated, not a measurement; estimator checked by {claim.estimator_check})"
-    return Verdict(
+    judged = Verdict(
         verdict["verdict"],
         measured=measured,
         spread=float(np.std(samples.values, ddof=1)) if len(samples.values) > 1 and one_setting else None,
@@ -302,6 +338,93 @@ def evaluate(claim: Claim, df: pd.DataFrame) -> Verdict:
         calibration=sweep,
         commits=origin(samples.rows["git_sha"], samples.rows["git_dirty"]),
     )
+    return in_regime(claim, judged, samples)
+
+
+def in_regime(claim: Claim, verdict: Verdict, samples: Samples) -> Verdict:
+    """The verdict with the paper's regime beside it. Where the deciding records lie outside it, a paper-claim word
+    becomes a small-scale finding (SMALL_SCALE) with the records' scale beside it, and the paper's claim stays not
+    testable here, with what would test it."""
+    rows = _regime_rows(samples)
+    at = _at(rows, verdict.provenance)
+    regime = str(claim.regime or "")
+    why = outside_regime(claim, rows)
+    if not why:
+        return replace(verdict, regime=regime, at=at, paper_verdict=verdict.verdict)
+    word = SMALL_SCALE.get(verdict.verdict, verdict.verdict)
+    reason = (
+        f"{verdict.reason}; outside the paper's regime: {why}, so this is a small-scale finding ({at}); the paper's "
+        f"claim is not testable here. What would test it: {claim.what_would_test}"
+    )
+    return replace(
+        verdict, verdict=word, reason=reason, regime=regime, outside=why, at=at, paper_verdict="not testable here"
+    )
+
+
+def _regime_rows(samples: Samples) -> pd.DataFrame:
+    """The records behind a verdict's values: both sides' runs (a merge step's items have no model of their own; the
+    runs they were made of do)."""
+    parts = [r for r in (samples.rows, samples.baseline_rows) if r is not None and not r.empty]
+    return pd.concat(parts).drop_duplicates("run_id") if parts else samples.rows
+
+
+def outside_regime(claim: Claim, rows: pd.DataFrame) -> str:
+    """Why the records `rows` lie outside the claim's regime ('' where they lie inside, or the claim has none): the
+    protocol the card judges instead of the paper's, else the first checked entry some record misses."""
+    regime = claim.regime
+    if regime is None or regime.any_scale:
+        return ""
+    if regime.here:
+        return f"it judges {regime.here}, not the paper's protocol, {regime.protocol} ({regime.protocol_source})"
+    for bound in regime.checked:
+        if missed := _misses(bound, rows):
+            return f"{missed}; the paper's regime: {bound}"
+    return ""
+
+
+def _misses(bound, rows: pd.DataFrame) -> str:
+    """What in `rows` misses one checked entry of a regime ('' when every record meets it)."""
+    if bound.name == "params":
+        sized = rows[rows["params"] > 0]
+        if sized.empty:
+            return "no record names a model with parameters"
+        small = sized.loc[sized["params"].idxmin()]
+        return f"{small['model']} has {_count(small['params'])} parameters" if small["params"] < bound.value else ""
+    if bound.name == "workers":
+        least = int(rows["world_size"].min())
+        return f"{least} worker{'' if least == 1 else 's'}" if least < bound.value else ""
+    if bound.name == "groups":
+        groups = [json.loads(v).get("K") for v in rows["variant"]]
+        counted = [k for k in groups if isinstance(k, int)]
+        if not counted:
+            return "no record has federation groups (variant K)"
+        return f"{min(counted)} groups" if min(counted) < bound.value else ""
+    if bound.name == "device":
+        other = sorted(set(rows["device"]) - {bound.value})
+        return f"records on {', '.join(other)}" if other else ""
+    names = sorted({str(n) for n in rows["device_name"] if bound.value not in str(n)})
+    return f"records on {', '.join(names)}" if names else ""
+
+
+def _count(n: float) -> str:
+    """A parameter count in a few characters: 3.1M, 1.2B."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= size:
+            return f"{n / size:.2g}{unit}" if n < 10 * size else f"{n / size:.0f}{unit}"
+    return f"{int(n)}"
+
+
+def _at(rows: pd.DataFrame, provenance: str | None) -> str:
+    """The records' scale in a few words: models with their sizes, workers, and the device or the evidence kind."""
+    if rows is None or rows.empty:
+        return ""
+    sized = rows[rows["params"] > 0].drop_duplicates("model").sort_values("params")
+    models = ", ".join(f"{m} {_count(p)}" for m, p in zip(sized["model"], sized["params"]))
+    worlds = sorted({int(w) for w in rows["world_size"]})
+    workers = f"{worlds[0]}" if len(worlds) == 1 else f"{worlds[0]}-{worlds[-1]}"
+    measured = provenance is None or provenance.startswith("measured")
+    where = "/".join(sorted(set(rows["device"]))) if measured else provenance
+    return ", ".join(p for p in (models, f"{workers} worker{'' if worlds == [1] else 's'}", where) if p)
 
 
 def _beyond_floors(claim: Claim, samples: Samples, label: str, said: str, shown: tuple[Shown, ...]) -> Verdict:
@@ -398,6 +521,21 @@ def _selected(claim: Claim, df: pd.DataFrame) -> pd.DataFrame:
 def _baseline_side(claim: Claim, rows: pd.DataFrame) -> pd.DataFrame:
     """The runs the claim's baseline side names (its method, optimizer, variant and arm fields)."""
     return side(rows, claim.metric, baseline=True)
+
+
+def _filtered(claim: Claim, rows: pd.DataFrame) -> str:
+    """What left the claim's own runs out, where its hardware requirements did: '; N measured runs of the method
+    left out by the requirement R (records on DEVICES)', or ''."""
+    if rows.empty or "evidence" not in rows.columns or not claim.requires:
+        return ""
+    mine = side(rows[rows["provenance"] == "measured"], claim.metric)
+    for requirement in claim.requires:
+        out = mine[~_requirement_mask(requirement, mine)]
+        if len(out):
+            devices = ", ".join(sorted({str(n) for n in out["device_name"]}))
+            method = claim.metric["method"]
+            return f"; {len(out)} measured run(s) of {method} left out by the requirement {requirement} (on {devices})"
+    return ""
 
 
 def _measured_candidates(claim: Claim, rows: pd.DataFrame) -> pd.DataFrame:
@@ -747,17 +885,40 @@ def judge_all(claims: list[Claim], records: list[dict]) -> list[tuple[Claim, Ver
 
 
 def _compound(claim: Claim, own: dict[str, Verdict]) -> Verdict:
-    """A compound claim's verdict: the weakest (STRENGTH) of its own and its halves' own verdicts, each named."""
+    """A compound claim's verdict: the weakest (STRENGTH) of its own and its halves' own verdicts, each named, from
+    the commits of every half. A half outside the paper's regime puts the whole outside it."""
     if not claim.requires_claims:
         return own[claim.id]
     if missing := [p for p in claim.requires_claims if p not in own]:
         raise ClaimsError(f"{claim.id} requires the claims {missing}, which are not among the claims judged")
     mine = own[claim.id]
-    parts = tuple((p, own[p].verdict) for p in claim.requires_claims)
+    halves_of = [(p, own[p]) for p in claim.requires_claims]
+    parts = tuple((p, v.verdict) for p, v in halves_of)
     word = min([mine.verdict, *(v for _, v in parts)], key=STRENGTH.index)
-    halves = "; ".join(f"{p}: {v}" for p, v in parts)
+    outside = "; ".join(f"{p}: {v.outside}" for p, v in [(claim.id, mine), *halves_of] if v.outside)
+    if outside:
+        word = SMALL_SCALE.get(word, word)
+    halves = "; ".join(f"{p}: {v.word_at}" for p, v in halves_of)
     reason = f"a compound claim, the weakest half decides: this card's half {mine.verdict} ({mine.reason}); {halves}"
-    return replace(mine, verdict=word, reason=reason, parts=parts)
+    commits = [(p, v.commits) for p, v in [(claim.id, mine), *halves_of] if v.commits]
+    return replace(
+        mine,
+        verdict=word,
+        reason=reason,
+        parts=parts,
+        outside=outside,
+        at="; ".join(dict.fromkeys(v.at for v in [mine, *(v for _, v in halves_of)] if v.at)),
+        paper_verdict="not testable here" if outside else word,
+        commits=_joint_origin(commits),
+    )
+
+
+def _joint_origin(commits: list[tuple[str, str]]) -> str:
+    """Where a compound claim's records come from: one text where its halves agree, else each half's."""
+    said = dict.fromkeys(text for _, text in commits)
+    if len(said) <= 1:
+        return next(iter(said), "")
+    return "; ".join(f"{part}: {text}" for part, text in commits)
 
 
 def verdict_rows(records: list[dict]) -> list[dict[str, Any]]:
@@ -790,7 +951,7 @@ def verdict_table(rows: list[dict[str, Any]]) -> str:
     body = [
         (
             r["claim"],
-            r["verdict"],
+            r["word_at"],
             "" if r["measured"] is None else f"{r['measured']:.4g}",
             r["band"],
             r["provenance"] or "",
@@ -799,5 +960,8 @@ def verdict_table(rows: list[dict[str, Any]]) -> str:
         )
         for r in rows
     ]
-    widths = [min(max(len(line[i]) for line in (head, *body)), 60) for i in range(len(head))]
-    return "\n".join("  ".join(cell[:60].ljust(w) for cell, w in zip(line, widths)).rstrip() for line in (head, *body))
+    caps = (60, 90, 60, 60, 60, 60, 60)  # the verdict keeps the scale it was found at beside it
+    widths = [min(max(len(line[i]) for line in (head, *body)), cap) for i, cap in enumerate(caps)]
+    return "\n".join(
+        "  ".join(cell[:cap].ljust(w) for cell, w, cap in zip(line, widths, caps)).rstrip() for line in (head, *body)
+    )

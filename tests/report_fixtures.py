@@ -203,6 +203,8 @@ claims:
     better: lower
     band: {tolerance: 0.1, source: a test band}
     command: python -m suite reproduce sdp --preset smoke
+    what_would_test: a test
+    regime: {any_scale: {because: "a test claim, judged at any size", source: the test fixture}}
   - id: sdp-quality
     statement: B-SDP keeps validation loss at or below DDP's
     paper_value: 2.437 vs 2.452
@@ -216,6 +218,8 @@ claims:
     margin: {value: 0.0, source: a strict test}
     plateau: {change: 0.5, source: a test plateau}
     command: python -m suite reproduce sdp --preset smoke
+    what_would_test: a test
+    regime: {any_scale: {because: "a test claim, judged at any size", source: the test fixture}}
   - id: sdp-inter-node
     statement: B-SDP+FSDP cuts inter-node wall-clock by 19.9% against DDP
     paper_value: 0.801
@@ -228,6 +232,7 @@ claims:
     requires: [cuda, network, world_size>=8]
     what_would_test: 8 GPUs over 2 nodes with python -m suite reproduce sdp --preset gpu
     command: python -m suite reproduce sdp --preset gpu
+    regime: {any_scale: {because: "a test claim, judged at any size", source: the test fixture}}
 """
 
 

@@ -6,6 +6,7 @@ card named `--preset gpu`, which planned no llama-1b and no target runs)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import json
 import re
@@ -138,6 +139,69 @@ def test_every_card_reads_one_arm_per_side_in_each_cpu_preset(name, card, preset
             continue
         rows = side(df, card.metric, baseline=baseline)
         one_arm(rows[rows["protocol"] == protocol] if protocol else rows, f"{card.id}'s side")
+
+
+@functools.cache
+def _every_cpu_preset(name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The planned measured runs and estimates of every preset of `name` that plans on a CPU machine (a GPU preset
+    refuses to plan, or plans CUDA runs), read together as `suite verdicts` reads several results folders, each row
+    with its `preset`. The sdp paper preset is a GPU preset; its FLOP-matched budgets need no FLOP count here."""
+    runs, estimates = [], []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch.cuda, "device_count", lambda: 0)
+        mp.setattr(sdp_plan, "step_flops", lambda model, sequences, seq_len: 1e12 * sequences)
+        for preset in get_reproduction(name).presets:
+            try:
+                plan = load_plan(name, preset)
+            except ValueError:  # needs GPUs (or is out of reach)
+                continue
+            if any(c.device != "cpu" for c in plan.runs):
+                continue
+            runs += [{**planned_row(c), "preset": preset} for c in plan.runs]
+            estimates += [{**planned_row(e.cfg), "preset": preset} for e in plan.estimates]
+    frames = (pd.DataFrame(runs), pd.DataFrame(estimates))
+    return tuple(f[f["reproduction"] == name] if not f.empty else f for f in frames)
+
+
+# Cards whose sides match CPU runs of a preset their command does not name, each with why those runs cannot decide
+# it; strict: an entry that no longer matches another preset's runs fails the test until it goes.
+READS_OTHER_PRESETS = {
+    "sdp-resnet18-cifar": (
+        "requires cuda: the smoke preset's 10-step ResNet-18 runs on CPU (embedded digits, memory only) never decide "
+        "it, since CPU runs decide only where the records meet the card's `requires` (suite/verdicts.py)"
+    ),
+}
+RUN_CARDS = [(name, card) for name, card in CARDS if not card.metric["name"].startswith("micro")]
+
+
+@pytest.mark.parametrize("name, card", RUN_CARDS, ids=[card.id for _, card in RUN_CARDS])
+def test_every_card_reads_its_own_preset_when_every_cpu_preset_is_read_together(name, card):
+    """`suite verdicts` and the report read results folders together, so a card whose command names one preset
+    must not be judged on another preset's records: over the planned runs of every CPU preset of its reproduction
+    read together (smoke, quality, tune, tuned, masking, ...), each side matches one arm per setting and only runs of
+    the card's own preset (another preset's runs at another setting would join as a sweep, at the same setting
+    as seeds). The estimates of every CPU preset, read together, must match one arm per setting too where the card
+    allows an estimate (estimates are another kind of evidence, never pooled with runs; the sdp calibrate preset's
+    are meant to be read with the smoke preset's: calibration). Before (issue 41 item 11), each preset was
+    checked alone."""
+    own = re.search(r"--preset (\S+)", card.command or "").group(1)
+    runs, estimates = _every_cpu_preset(name)
+    read = set()
+    for baseline, protocol in ((False, card.protocol), (True, card.baseline_protocol or card.protocol)):
+        if baseline and not card.metric.get("baseline"):
+            continue
+        where = f"{card.id}'s {'baseline' if baseline else 'method'} side over every CPU preset"
+        if not runs.empty:
+            rows = side(runs, card.metric, baseline=baseline)
+            rows = rows[rows["protocol"] == protocol] if protocol else rows
+            one_arm(rows, where)
+            read |= set(rows["preset"]) - {own}
+        if not estimates.empty and "estimated" in card.evidence:  # a card that allows no estimate never reads one
+            one_arm(side(estimates, card.metric, baseline=baseline), f"{where} (estimates)")
+    if card.id in READS_OTHER_PRESETS:
+        assert read, f"{card.id} no longer reads another preset's runs: remove it from READS_OTHER_PRESETS"
+    else:
+        assert not read, f"{card.id} (`{card.command}`) also reads the runs of preset(s) {sorted(read)}"
 
 
 # ---- the smoke presets cut to what their cards read (issue 25: every smoke plan under 10 minutes on 2 cores) ----

@@ -112,7 +112,7 @@ RATIO = {"name": "ratio", "field": "peak_bytes_max", "method": "m", "baseline": 
         ({"calibrate": {"value": 7e10, "within": 2, "source": "s"}}, "calibrate:"),
         ({"beside": [{"label": "x", "seed": 3}]}, "beside[0].seed:"),
         ({"requires": ["gpu"]}, "requires:"),
-        ({"requires": ["cuda"]}, "what_would_test: missing"),
+        ({"requires": ["cuda"], "what_would_test": None}, "what_would_test: missing"),
         ({"source": {"table": "T1"}}, "source.paper: missing"),
         ({"source": {"paper": "p", "page": 3}}, "source.page:"),
         ({"command": None}, "command: missing"),
@@ -564,8 +564,8 @@ def test_mechanism_claim_reads_an_eval_of_one_arm():
     assert evaluate(c, frame(rows("m", [1.0]))).verdict == "inconclusive"
 
 
-def test_a_verdict_is_one_of_nine():
-    assert len(verdicts_module.VERDICTS) == 9
+def test_a_verdict_is_one_of_twelve():
+    assert len(verdicts_module.VERDICTS) == 12
     with pytest.raises(ValueError, match="not one of"):
         verdicts_module.Verdict("probably")
 
@@ -632,6 +632,31 @@ def _check_reads(function) -> tuple[set[str], set[str], dict[str, str]]:
     return calls, fields, fixed
 
 
+def estimate_wrong_in(record: dict, field: str) -> dict:
+    """A copy of `record` as an estimate wrong in the summary `field` alone: twice the record's value there, every
+    other field a card may read from an estimate (suite.compare.CARD_FIELDS) unchanged."""
+    from suite.compare import CARD_FIELDS
+    from suite.records import summary_row
+
+    off = json.loads(json.dumps(record))  # no list shared between ranks (make_record shares one ops list)
+    memory, comm = off["memory"]["per_rank"], [op for r in off["comm"]["per_rank"] for op in r["ops"]]
+    if field == "state_bytes_max":
+        for m in memory:
+            m.setdefault("state_bytes", m["params"] + m["grads"] + m["optimizer"])
+    parts = {
+        "peak_bytes_max": [(m, "peak_bytes") for m in memory],
+        "state_bytes_max": [(m, "state_bytes") for m in memory],
+        "comm_bytes_per_rank_step": [(op, "bytes") for op in comm],  # the payload alone: wire bytes unchanged
+        "comm_wire_bytes_per_rank_step": [(op, "wire_bytes") for op in comm],  # the wire alone: payload unchanged
+    }
+    assert field in parts, f"no way to make an estimate wrong in {field} alone: add one"
+    for part, key in parts[field]:
+        part[key] *= 2
+    before, after = summary_row(record), summary_row(off)
+    assert after[field] == 2 * before[field] and all(after[f] == before[f] for f in CARD_FIELDS if f != field)
+    return off
+
+
 def _compositions(function, fixed: dict) -> set[tuple]:
     """(method, ac, precision) of each case the check runs and expects to pass (a strict xfail is a known gap)."""
     from suite.config import RunConfig
@@ -683,7 +708,9 @@ def test_every_estimator_check_runs_the_cards_compositions_and_judges_its_field(
     """An estimate decides a card only where its named check compares an estimate with a measured run, judges the
     very field the card reads (suite.compare.judging over compare's rows, with a tolerance) and runs every
     composition of the estimates that decide the card. Before (issue 25 item 17), this test only looked for the
-    name in the file's text: a check that judged no peak, or ran another method, passed."""
+    name in the file's text: a check that judged no peak, or ran another method, passed. The rows that judge the
+    field must be rows of that field: an estimate wrong in it alone fails them (issue 41 item 11: both byte fields
+    were judged by the payload rows, so a check that never compared wire bytes authorised a wire-bytes card)."""
     from pathlib import Path
 
     from suite.compare import compare, judging
@@ -706,6 +733,8 @@ def test_every_estimator_check_runs_the_cards_compositions_and_judges_its_field(
             field = c.metric["field"]
             assert field in fields, f"{where}, which judges {sorted(fields)}, not the card's {field}"
             assert judging(field, rows), f"{where}: suite.compare judges nothing of {field}"
+            wrong = [r for r in judging(field, compare(estimate_wrong_in(rec, field), rec)) if r.ok is False]
+            assert wrong, f"{where}: suite.compare's rows for {field} pass an estimate wrong in {field} alone"
             covered = _compositions(function, fixed)
             for composition in _deciding_estimates(path.parent.name.replace("_", "-"), c) - covered:
                 unchecked.add((c.id, composition))

@@ -122,6 +122,8 @@ CLAIMS = textwrap.dedent(
         better: lower
         band: {tolerance: 0.05, source: the same model and wrapper as DDP}
         command: python -m suite reproduce toy --preset smoke
+        what_would_test: the toy at any size
+        regime: {any_scale: {because: "the same model and wrapper hold the same state at any size", source: a test}}
     """
 )
 

@@ -148,7 +148,8 @@ def test_yaml_that_names_python_code_is_refused_and_never_runs(text, tmp_path):
 
 VALID = (
     "- {id: a, statement: s, kind: ratio, better: lower, source: {paper: p}, source_status: s, command: c, "
-    "paper_value: 0.5, band: {tolerance: 0.1, source: rounding}, "
+    "paper_value: 0.5, band: {tolerance: 0.1, source: rounding}, what_would_test: w, "
+    "regime: {any_scale: {because: b, source: s}}, "
     "metric: {name: ratio, field: peak_bytes_max, method: m, baseline: b}, %s}"
 )
 

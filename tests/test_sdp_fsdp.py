@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from suite.claims import claims_for
-from suite.compare import CARD_FIELDS, JUDGED_MEMORY, PEAK_CPU, Row, compare, format_comparison, judging
+from suite.compare import CARD_FIELDS, compare, format_comparison, judging
 from suite.config import RunConfig
 from suite.estimate import estimate
 from suite.estimate.compare import measured_config
@@ -190,13 +190,63 @@ KNOWN_GAPS = {
 
 
 def test_the_check_judges_every_field_an_estimated_card_reads():
+    """The rows the check judges for the field a card reads are that field's own: against a CPU run, an estimate wrong
+    in that field alone fails them, one wrong in any other field an estimate may decide alone passes them. Before
+    (issue 41 item 11), payload and wire bytes were both judged by the payload rows: a check that never compared wire
+    bytes authorised the wire-bytes card sdp-comm-bytes."""
+    from tests.report_fixtures import make_record
+    from tests.test_claims import estimate_wrong_in
+
     cards = [c for c in claims_for("sdp") if "estimated" in c.evidence]
     assert cards and {c.estimator_check for c in cards} == {f"tests/{__name__.split('.')[-1]}.py::{CHECK.__name__}"}
-    # the quantities compare() judges on a CPU run: every memory category, the peak, each collective's bytes
-    rows = [Row(q, 0, 1.0, 1.0, tol) for q, tol in {**JUDGED_MEMORY, "peak_bytes": PEAK_CPU}.items()]
-    rows.append(Row("x@y bytes", 0, 1.0, 1.0, 0.0))
+    run = make_record("b-sdp", 0, variant={"C": 0.75})  # a CPU run: compare() judges its peak
+    run["totals"].setdefault("hardware_flops", run["totals"]["flops"])
     for card in cards:
-        assert judging(card.metric["field"], rows), card.id
+        field = card.metric["field"]
+        for other in CARD_FIELDS:
+            failed = [r.quantity for r in judging(field, compare(estimate_wrong_in(run, other), run)) if r.ok is False]
+            assert bool(failed) == (other == field), f"{card.id} reads {field}; wrong in {other} alone fails {failed}"
+
+
+def _checked(cfg: RunConfig) -> tuple:
+    """What of an estimate's configuration the estimator check must have run for the estimate to decide a card:
+    method, method parameters but C, AC, precision, and whether micro-batches accumulate (gradient sync on the
+    last one only). Model, world size, C, micro-batch and sequence length are not in it: the check runs llama-tiny
+    at micro-batch 1 (test_estimate_equals_the_measured_run says what carries over)."""
+    params = tuple(sorted((k, v) for k, v in cfg.variant.items() if k != "C"))
+    return (cfg.method, params, cfg.ac, cfg.precision, cfg.grad_accum > 1)
+
+
+def test_the_check_ran_every_configuration_that_decides_an_estimated_card(monkeypatch):
+    """An estimate decides an SDP card only where the estimator check ran its configuration (_checked) and
+    passed: every estimate of a card's sides and models, in every preset (not only the smoke and calibrate presets
+    the check's cases are drawn from), is one of the check's cases and not one of its KNOWN_GAPS (a composition the
+    estimate misses, which no card may be decided by)."""
+    import importlib
+
+    import torch
+
+    from suite.extensions import get_reproduction
+
+    sdp_plan = importlib.import_module("reproductions.sdp.plan")
+    # the gpu preset loads as on 8 GPUs; the paper preset's budgets need no FLOP count (it takes minutes at 1B)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setenv("CIFAR_ROOT", "/data/cifar")
+    monkeypatch.setattr(sdp_plan, "step_flops", lambda model, sequences, seq_len: 1e12 * sequences)
+    ran = {_checked(_config(*c)) for c in compositions() if c not in KNOWN_GAPS}
+    unchecked = set()
+    for preset in get_reproduction("sdp").presets:
+        estimates = [e.cfg for e in load_plan("sdp", preset).estimates]
+        for card in (c for c in claims_for("sdp") if "estimated" in c.evidence):
+            m = card.metric
+            models = {m["model"]} if isinstance(m.get("model"), str) else set(m.get("model") or ())
+            unchecked |= {
+                (card.id, preset, _checked(cfg))
+                for cfg in estimates
+                if cfg.method in (m["method"], m.get("baseline")) and (not models or cfg.model in models)
+                and _checked(cfg) not in ran
+            }  # fmt: skip
+    assert not unchecked, f"estimates the check never ran (card, preset, configuration): {sorted(unchecked)}"
 
 
 def _config(method: str, params: tuple, ac: bool, precision: str) -> RunConfig:
@@ -233,11 +283,23 @@ def estimated_and_measured(tmp_path_factory) -> dict[tuple, tuple[dict, dict]]:
 @pytest.mark.slow
 @pytest.mark.parametrize("method,params,ac,precision", card_compositions())
 def test_estimate_equals_the_measured_run(estimated_and_measured, method, params, ac, precision):
-    """The estimator check named by the SDP cards an estimate may decide (claims.yaml: estimator_check), at each
-    of their compositions on llama-tiny (C = 0.75: its 4 blocks; TP's, for the 1B cards against TP, at degree 2):
-    the peak, model state and bytes those cards read. The split of memory into gradients and activations is not
-    judged: under FSDP2 with bf16 the estimate books the unsharded bf16 gradients as gradients at the peak where the
-    measured run has freed them (the peak itself agrees within 1.5%)."""
+    """The estimator check named by the SDP cards an estimate may decide (claims.yaml: estimator_check).
+
+    What it runs: each composition of the sdp plan's estimates (compositions(): method, method parameters but C,
+    AC, precision, from the smoke and calibrate presets) on llama-tiny, C = 0.75 (its 4 blocks), micro-batch 1 of 64
+    tokens, no accumulation, on 2 ranks (4 for G = 2; TP at degree 2), on CPU: an estimate on fake tensors beside a
+    measured gloo run of as many steps. What it asserts: on every rank, the rows that judge each field an estimate
+    may decide (suite.compare.CARD_FIELDS) agree: the peak within 5% (and it is judged on every rank), the model
+    state exactly, and every collective's call count, payload and ring wire bytes per (op, group) exactly.
+
+    What it does not run: the cards' models (llama-500m, llama-1b), 8 ranks, their C (0.69, 0.5), micro-batches
+    (4 to 16), 1,024-token sequences, or a GPU. A 1B card's estimate is trusted because the estimator runs the same
+    strategy, hooks, collectives and meters on fake tensors, so what it counts is what this check compares at
+    llama-tiny's size; a defect that shows only at the cards' shapes or world size would pass it. The check
+    refuses only configurations it never ran (_checked; test_the_check_ran_every_configuration_that_decides_an_
+    estimated_card). The split of memory into gradients and activations is not judged: under FSDP2 with bf16 the
+    estimate books the unsharded bf16 gradients as gradients at the peak where the measured run has freed them
+    (the peak itself agrees within 1.5%)."""
     estimated, measured = estimated_and_measured[(method, params, ac, precision)]
     assert measured["status"] == "complete", f"the measured run ended {measured['status']}: {measured.get('error')}"
     nproc = _config(method, params, ac, precision).nproc

@@ -102,10 +102,15 @@ def test_the_sdp_memory_range_card_needs_its_quality_half():
 
 
 def test_settings_are_not_counted_as_seeds():
-    a, b, c = ({"setting": f"micro_batch={m}"} for m in (4, 8, 12))
-    df = frame(*(part for s in (a, b, c) for part in (rows("m", [60.0], **s), rows("ddp", [100.0], **s))))
+    """Three settings of one seed each, at different values (0.60, 0.62, 0.64): the band judges their range, not a
+    t-interval over three "seeds", and the card has one seed. Before (issue 41 item 11) all three gave 0.6, so the
+    reason was "0.6" whether or not the settings were pooled as seeds, and its check could not fail."""
+    settings = [{"setting": f"micro_batch={m}"} for m in (4, 8, 12)]
+    values = zip(settings, (60.0, 62.0, 64.0), strict=True)
+    df = frame(*(part for s, m in values for part in (rows("m", [m], **s), rows("ddp", [100.0], **s))))
     v = evaluate(claim(metric=RATIO), df)
-    assert v.n_seeds == 1 and v.spread is None and "range over 3 settings" not in v.reason  # one value: 0.6
+    assert v.interval == pytest.approx((0.60, 0.64)) and "range over 3 settings" in v.reason, v.reason
+    assert v.n_seeds == 1 and v.spread is None and "seeds" not in v.reason, v.reason
     assert evaluate(claim(metric=RATIO, seeds_needed=2), df).verdict == "inconclusive"
 
 
@@ -147,7 +152,10 @@ def test_every_verdict_word_has_a_colour_and_a_badge_in_verdict_order():
     for word in verdicts_module.VERDICTS:
         assert word in glance.COLOURS and f".badge-{css_token(word)}" in css
     verdicts = [(None, verdicts_module.Verdict(w)) for w in ("fell short", "matches the model", "reproduced")]
-    assert glance.counts(verdicts) == [("reproduced", 1), ("matches the model", 1), ("fell short", 1)]
+    assert glance.counts(verdicts) == [
+        (glance.PAPER, [("reproduced", 1), ("fell short", 1)]),
+        (glance.OWN, [("matches the model", 1)]),
+    ]
 
 
 # item 14 (e): a card decided by an estimate without a paper value does not say "measured"

@@ -75,7 +75,18 @@ def micro(
             settings.append(_label(variant) or _label(row["_shape"]))
     if largest and values:
         return Samples(np.array([max(values)]), used, (f"the largest over {len(values)} shapes",))
-    return Samples(np.array(values, dtype=float), used, tuple(settings))
+    return Samples(np.array(values, dtype=float), used, tuple(settings), note=_left_out(df, method, hardware, used))
+
+
+def _left_out(df: pd.DataFrame, method: str, hardware: str | None, used: pd.DataFrame) -> str:
+    """Where the hardware filter left every record of the item out, what it kept and where the records are."""
+    if not hardware or not used.empty:
+        return ""
+    found = df[(df["method"] == method) & df["path"].notna()]
+    if found.empty:
+        return ""
+    devices = ", ".join(sorted(set(found["device_name"])))
+    return f"; the card reads records on {hardware} only, and {method}'s are on {devices}"
 
 
 # a least-squares fit's last bits depend on the BLAS kernel of the machine (one slope came out 1.9711474164844074

@@ -501,6 +501,7 @@ class Sweep:
     paper: float
     within: float
     points: tuple[tuple[str, float, bool], ...]  # (setting, value, whether every jointly calibrated arm fits)
+    quantity: str = "peak per device"  # what is calibrated, as the axis names it
 
 
 def calibration_sweep(sweeps: list[Sweep], cards: list[str]) -> Chart | None:
@@ -550,7 +551,7 @@ def _sweep_panel(ax, sweep: Sweep, settings: list[str]) -> None:
     low, high = sweep.paper * (1 - sweep.within), sweep.paper * (1 + sweep.within)
     ax.axvspan(low / scale, high / scale, color="#fbbc04", alpha=0.3)
     ax.axvline(sweep.paper / scale, color="#b06000", linewidth=1.5)
-    ax.set_xlabel(wrap(f"{sweep.baseline} peak per device (GB)", 30))
+    ax.set_xlabel(wrap(f"{sweep.baseline} {sweep.quantity} (GB)", 30))
 
 
 def _ticks(low: float, high: float, count: int = 5) -> list[float]:

@@ -40,6 +40,10 @@ COLOURS = {
     "measured, no paper value": "#5b6fa8",
     "counted, no paper value": "#5b6fa8",
     "estimated, no paper value": "#5b6fa8",
+    # a small-scale finding: its paper word's hue (suite/verdicts.py SMALL_SCALE), its words and scale tell it apart
+    "holds at small scale": "#137333",
+    "does not hold at small scale": "#c5221f",
+    "inconclusive at small scale": "#b08800",
 }
 MARKERS = {"measured": "o", "counted": "s", "estimated": "D", "projected": "^"}
 SHOWN = "#7d7d7d"
@@ -55,10 +59,26 @@ def kind(evidence: str | None) -> str:
     return "projected" if evidence == "simulated" else "estimated"
 
 
-def counts(verdicts: list[tuple[Claim, Verdict]]) -> list[tuple[str, int]]:
-    """How many claims got each verdict word, in the order of VERDICTS; words no claim got are left out."""
-    n = Counter(v.verdict for _, v in verdicts)
-    return [(word, n[word]) for word in VERDICTS if n[word]]
+def counts(verdicts: list[tuple[Claim, Verdict]]) -> list[tuple[str, list[tuple[str, int]]]]:
+    """How many claims got each verdict word, in the order of VERDICTS, in three groups: the paper's claims judged
+    in its regime (or not testable here), small-scale findings (titled with the scales they were found at), and the
+    suite's own measurements and checks (no paper value, our formula). Empty groups and words are left out."""
+    groups: dict[str, Counter] = {PAPER: Counter(), SMALL: Counter(), OWN: Counter()}
+    scales: dict[str, None] = {}
+    for _, v in verdicts:
+        if v.small_scale:
+            groups[SMALL][v.verdict] += 1
+            scales.update(dict.fromkeys(v.at.split("; ")))
+        else:
+            groups[PAPER if v.verdict in PAPER_WORDS else OWN][v.verdict] += 1
+    titles = {PAPER: PAPER, SMALL: f"{SMALL} ({'; '.join(scales)})", OWN: OWN}
+    return [(titles[g], [(w, n[w]) for w in VERDICTS if n[w]]) for g, n in groups.items() if n]
+
+
+PAPER = "the paper's claims, in its regime"
+SMALL = "small-scale findings"
+OWN = "the suite's own measurements and checks"
+PAPER_WORDS = ("reproduced", "exceeded", "fell short", "inconclusive", "not testable here")
 
 
 def on_ratio_axis(claim: Claim) -> bool:
@@ -193,9 +213,30 @@ def _judged(verdict: Verdict) -> tuple[float, float] | None:
     return None
 
 
-def _verdict_text(ax, y: float, verdict: str) -> None:
+def _verdict_text(ax, y: float, verdict: Verdict) -> None:
+    """The word on the right of a row; a small-scale finding has its scale on a second line beneath it."""
     where = blended_transform_factory(ax.transAxes, ax.transData)
-    ax.text(1.01, y, verdict, transform=where, color=COLOURS[verdict], va="center", fontsize="small", weight="bold")
+    colour = COLOURS[verdict.verdict]
+    if not verdict.small_scale:
+        ax.text(1.01, y, verdict.verdict, transform=where, color=colour, va="center", fontsize="small", weight="bold")
+        return
+    for text, va, lift, style in ((verdict.verdict, "bottom", 1.5, "bold"), (verdict.at, "top", -1.5, "normal")):
+        ax.annotate(
+            text,
+            (1.01, y),
+            xycoords=where,
+            xytext=(0, lift),  # points apart, so the two lines' boxes do not touch
+            textcoords="offset points",
+            color=colour,
+            va=va,
+            fontsize="small" if style == "bold" else "x-small",
+            weight=style,
+        )
+
+
+def _verdict_width(verdicts: list[Verdict]) -> float:
+    """The right margin the words (and scales) of `verdicts` need."""
+    return max(VERDICT_WIDTH, text_inches([v.at for v in verdicts if v.small_scale] or [""]) + 0.2)
 
 
 def ratio_chart(rows: list[tuple[Claim, Verdict]]) -> Chart | None:
@@ -256,7 +297,7 @@ def ratio_chart(rows: list[tuple[Claim, Verdict]]) -> Chart | None:
             note = "no run here" if not verdict.run_ids else "no value on this axis"
             where = blended_transform_factory(ax.transAxes, ax.transData)
             ax.text(0.005, y, note, transform=where, va="center", fontsize="small", color=SHOWN, style="italic")
-        _verdict_text(ax, y, verdict.verdict)
+        _verdict_text(ax, y, verdict)
     _log_limits(ax, seen)
     ax.set_yticks(range(len(rows)), ids)
     ax.set_ylim(len(rows) - 0.5, -0.5)
@@ -270,7 +311,7 @@ def ratio_chart(rows: list[tuple[Claim, Verdict]]) -> Chart | None:
         frameon=False,
         fontsize="small",
     )
-    margins(fig, left=0.3 + text_inches(ids), right=VERDICT_WIDTH, bottom=0.55, top=0.65)
+    margins(fig, left=0.3 + text_inches(ids), right=_verdict_width([v for _, v in rows]), bottom=0.55, top=0.65)
     return chart(
         fig,
         "Claims at a glance: ratio claims and claims without runs here",
@@ -390,7 +431,7 @@ def _panel(ax, claim: Claim, verdict: Verdict, frame: pd.DataFrame) -> list[str]
     ax.set_ylim(len(arms) - 0.4, -0.6)
     ax.grid(axis="y", visible=False)
     ax.set_title(safe(claim.id), loc="left", fontsize="small")
-    ax.set_title(verdict.verdict, loc="right", fontsize="small", color=colour, weight="bold")
+    ax.set_title(verdict.word_at.replace(" (", "\n(", 1), loc="right", fontsize="small", color=colour, weight="bold")
     ax.set_xlabel(wrap(_unit_label(claim)), fontsize="small")
     ax.tick_params(labelsize="small")
     ax.xaxis.get_offset_text().set_fontsize("small")
@@ -426,7 +467,9 @@ def claim_runs(
     rows = rows.assign(arm=[labels.get(r, m) for r, m in zip(rows["run_id"], rows["method"])])
     arms = list(dict.fromkeys(rows["arm"]))
     divisor, unit = _unit(field, float(rows["value"].abs().max()), decimal=in_gb(claim))
-    fig, axes = figure(5.2, 0.3 * len(arms) + 0.95)
+    xlabel = wrap(f"{field}{f' ({unit})' if unit else ''}")
+    below = 0.35 + 0.15 * (xlabel.count("\n") + 1)  # the tick labels and every line of the axis label
+    fig, axes = figure(5.2, 0.3 * len(arms) + 0.45 + below)
     ax = axes[0, 0]
     where = blended_transform_factory(ax.transAxes, ax.transData)
     for y, arm in enumerate(arms):
@@ -450,7 +493,7 @@ def claim_runs(
     ax.grid(axis="y", visible=False)
     ax.tick_params(axis="x", labelsize="small")
     ax.xaxis.get_offset_text().set_fontsize("small")
-    ax.set_xlabel(wrap(f"{field}{f' ({unit})' if unit else ''}"), fontsize="small")
+    ax.set_xlabel(xlabel, fontsize="small")
     positive = rows["value"][rows["value"] > 0]
     if len(positive) == len(rows) and positive.max() > 50 * positive.min():  # two scales: log, or one is a dot at 0
         ax.set_xscale("log")
@@ -458,7 +501,7 @@ def claim_runs(
         ax.xaxis.set_minor_formatter("")
     elif unit or on_ratio_axis(claim) and (rows["value"] >= 0).all():  # amounts: an axis from zero
         ax.set_xlim(0, float(rows["value"].max()) / divisor * 1.08)
-    margins(fig, left=0.25 + 0.9 * text_inches(names), bottom=0.5, right=0.95, top=0.1)
+    margins(fig, left=0.25 + 0.9 * text_inches(names), bottom=below, right=0.95, top=0.1)
     return chart(
         fig,
         f"{field} in the runs behind {claim.id}",

@@ -92,7 +92,7 @@ def claim_rows(repro: Reproduction, claim_href: str) -> Table:
                     badge=verdict.provenance,
                 ),
                 tables.text(f"{claim.better} {'↓' if claim.better == 'lower' else '↑'}"),
-                Cell(verdict.verdict, verdict.verdict, badge=verdict.verdict),
+                Cell(verdict.word_at, verdict.verdict, badge=verdict.verdict),
                 tables.text(glance.brief(verdict.reason)),
             ]
         )
@@ -266,6 +266,15 @@ def calibration_key(claim: Claim) -> tuple:
     return (claim.metric.get("model"), tuple(sorted([cal.value, *(j.value for j in cal.jointly)])))
 
 
+# the fields a calibration reads, as its figure's axis names them
+CALIBRATED_QUANTITY = {
+    "peak_bytes_max": "peak per device",
+    "state_bytes_max": "model state per device",
+    "comm_bytes_per_rank_step": "payload per rank per step",
+    "comm_wire_bytes_per_rank_step": "wire bytes per rank per step",
+}
+
+
 def calibration_tables(verdicts: list[tuple[Claim, Verdict]]) -> list[dict]:
     """One calibration figure per paper table, not a copy per card: the cards calibrated on the same values
     share one sweep (a panel per baseline), and each card links to it."""
@@ -278,9 +287,9 @@ def calibration_tables(verdicts: list[tuple[Claim, Verdict]]) -> list[dict]:
         sweeps: dict[str, figures.Sweep] = {}
         for claim, verdict in members:
             baseline = claim.metric.get("baseline", "")
-            sweeps.setdefault(
-                baseline, figures.Sweep(baseline, claim.calibrate.value, claim.calibrate.within, verdict.calibration)
-            )
+            quantity = CALIBRATED_QUANTITY.get(claim.metric["field"], claim.metric["field"])
+            cal = claim.calibrate
+            sweeps.setdefault(baseline, figures.Sweep(baseline, cal.value, cal.within, verdict.calibration, quantity))
         cards = [claim.id for claim, _ in members]
         chart = figures.calibration_sweep(list(sweeps.values()), cards)
         finding = f"{figures.sweep_finding(list(sweeps.values()))} (cards {', '.join(cards)})"
@@ -299,6 +308,10 @@ def _card(
         "id": claim.id,
         "statement": claim.statement,
         "verdict": verdict.verdict,
+        "at": verdict.at if verdict.small_scale else "",
+        "regime": verdict.regime,
+        "outside": verdict.outside,
+        "what_would_test": claim.what_would_test,
         "reason": verdict.reason,
         "brief": glance.brief(verdict.reason),
         "details": _card_details(figure is not None, glance.brief(verdict.reason) != verdict.reason, verdict.setting),

@@ -60,6 +60,8 @@ def _cell(cell: Cell) -> str:
         out += f'<a href="{escape(cell.href)}">{escape(cell.text)}</a>'
     elif cell.badge and cell.text == cell.badge:
         out += badge(cell.badge)
+    elif cell.badge and cell.text.startswith(f"{cell.badge} ("):  # a verdict with the scale it was found at
+        out += f'{badge(cell.badge)} <span class="at">{escape(cell.text[len(cell.badge) + 1 :])}</span>'
     else:
         out += f"{escape(cell.text)}{badge(cell.badge) if cell.badge else ''}"
     return out + "</td>"

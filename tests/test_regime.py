@@ -1,0 +1,175 @@
+"""The paper's regime (claims.yaml `regime`): only records inside it say reproduced, exceeded or fell short; records
+outside it give a small-scale finding with their scale beside the word, and the paper's claim stays not testable
+here. Checked on made-up cards and on every committed verdict, against the records themselves."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from suite import verdicts as verdicts_module
+from suite.claims import ClaimsError
+from suite.records import load_records
+from suite.report import glance
+from suite.verdicts import SMALL_SCALE, evaluate, judge_all
+from tests.test_claims import RATIO, claim, frame, quality_claim, rows
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER_WORDS = ("reproduced", "exceeded", "fell short")
+AT_1B = {"params": {"min": 1_000_000_000, "source": "the paper's 1B"}}
+
+
+def _ratio_frame(values: list[float], params: int = 3_148_032, world_size: int = 4):
+    at = {"params": params, "world_size": world_size, "model": "llama-tiny"}
+    return frame(rows("m", values, **at), rows("ddp", [100.0] * len(values), **at))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(1.0, 300.0), min_size=1, max_size=4),
+    st.sampled_from(["lower", "higher"]),
+    st.integers(1_000, 999_999_999),
+)
+def test_records_below_the_regime_never_say_a_paper_word(values, better, params):
+    band = {"tolerance": 0.05, "source": "s"}
+    card = claim(metric=RATIO, better=better, band=band, regime=AT_1B, what_would_test="1B on GPUs")
+    inside = claim(metric=RATIO, better=better, band=band)  # the fixture's regime: any scale
+    v = evaluate(card, _ratio_frame(values, params))
+    plain = evaluate(inside, _ratio_frame(values, params))
+    assert v.verdict not in (*PAPER_WORDS, "inconclusive") and v.paper_verdict == "not testable here"
+    assert v.verdict == SMALL_SCALE.get(plain.verdict, plain.verdict)
+    assert v.outside.startswith("llama-tiny has") and "the paper's 1B" in v.outside
+    assert v.word_at == f"{v.verdict} (llama-tiny {verdicts_module._count(params)}, 4 workers, cpu)"
+    assert "What would test it: 1B on GPUs" in v.reason
+
+
+def test_records_inside_the_regime_keep_the_paper_word():
+    card = claim(metric=RATIO, regime=AT_1B, what_would_test="1B")
+    v = evaluate(card, _ratio_frame([60.0], params=1_235_814_400))
+    assert v.verdict == "reproduced" and v.paper_verdict == "reproduced" and not v.small_scale
+    assert v.word_at == "reproduced" and v.regime == "params at least 1e+09 (the paper's 1B)"
+
+
+@pytest.mark.parametrize(
+    "regime, at, why",
+    [
+        ({"workers": {"min": 8, "source": "s"}}, {"world_size": 4}, "4 workers"),
+        ({"device": {"is": "cuda", "source": "s"}}, {}, "records on cpu"),
+        (
+            {"gpu": {"is": "A100", "source": "s"}},
+            {"device": "cuda", "device_name": "NVIDIA H200"},
+            "records on NVIDIA H200",
+        ),
+        ({"groups": {"min": 128, "source": "s"}}, {"variant": json.dumps({"K": 2})}, "2 groups"),
+        (
+            {"params": {"min": 1, "source": "s"}, "protocol": {"paper": "wall-clock", "here": "tokens", "source": "s"}},
+            {},
+            "it judges tokens, not the paper's protocol, wall-clock (s)",
+        ),
+    ],
+)
+def test_each_checked_entry_puts_records_outside(regime, at, why):
+    card = claim(metric=RATIO, regime=regime, what_would_test="w")
+    v = evaluate(card, frame(rows("m", [60.0], **at), rows("ddp", [100.0], **at)))
+    assert v.verdict == "holds at small scale" and v.outside.startswith(why)
+
+
+def test_a_quality_card_outside_its_regime_is_a_small_scale_finding():
+    card = quality_claim(regime=AT_1B, what_would_test="1B")
+    runs = frame(
+        rows("b-sdp", [2.40, 2.41, 2.42], field="final_val_loss", params=3_148_032),
+        rows("ddp", [2.60, 2.61, 2.59], field="final_val_loss", params=3_148_032),
+    )
+    v = evaluate(card, runs)
+    assert v.verdict == "holds at small scale" and v.p_value < 0.05
+
+
+def test_a_compound_with_a_half_outside_the_regime_is_a_small_scale_finding():
+    own = verdicts_module.Verdict("reproduced", commits="one clean commit aaaaaaa")
+    half = verdicts_module.Verdict(
+        "does not hold at small scale", outside="llama-tiny has 3.1M parameters", at="llama-tiny 3.1M, 4 workers, cpu"
+    )
+    half = verdicts_module.replace(half, commits="one clean commit bbbbbbb")
+    card = claim(requires_claims=["q"])
+    v = verdicts_module._compound(card, {card.id: own, "q": half})
+    assert v.verdict == "does not hold at small scale" and v.paper_verdict == "not testable here"
+    assert v.commits == f"{card.id}: one clean commit aaaaaaa; q: one clean commit bbbbbbb"
+
+
+@pytest.mark.parametrize(
+    "regime, message",
+    [
+        (None, "regime: missing; a claim with a paper value states the paper's regime"),
+        ({"params": {"min": 1e9}}, "regime.params: expected {min: X, source"),
+        ({"params": {"min": -1, "source": "s"}}, "regime.params.min: must be a finite number > 0"),
+        ({"device": {"is": "tpu", "source": "s"}}, "regime.device.is: expected cuda or cpu"),
+        ({"rank": {"note": "1/4", "source": "s"}}, "regime: no checked entry"),
+        ({"size": {"min": 1, "source": "s"}}, "regime.size: not a regime entry"),
+        ({"protocol": {"paper": "p"}}, "regime.protocol: expected"),
+        (
+            {"params": {"min": 1, "source": "s"}, "any_scale": {"because": "b", "source": "s"}},
+            "regime.any_scale: a claim for any size checks no bound",
+        ),
+    ],
+)
+def test_a_bad_regime_is_one_line_naming_the_entry(regime, message):
+    with pytest.raises(ClaimsError, match=message.replace("{", r"\{").replace("(", r"\(")):
+        claim(regime=regime)
+
+
+def test_a_regime_needs_what_would_test_it():
+    with pytest.raises(ClaimsError, match="what_would_test: missing; a claim with a regime says what would test it"):
+        claim(what_would_test=None)
+
+
+def _committed() -> list[tuple[str, object, object, list[dict]]]:
+    from suite.claims import claims_for
+
+    records, _ = load_records(ROOT / "results")
+    by_name: dict[str, list[dict]] = {}
+    for r in records:
+        by_name.setdefault(r.get("reproduction") or "", []).append(r)
+    out = []
+    for name, recs in sorted(by_name.items()):
+        by_id = {r["run_id"]: r for r in recs}
+        for c, v in judge_all(claims_for(name), recs):
+            out.append((name, c, v, [by_id[i] for i in v.run_ids if i in by_id]))
+    return out
+
+
+@pytest.mark.slow
+def test_no_committed_paper_word_comes_from_records_outside_the_regime():
+    """Read from the records themselves, not from the verdict's own account: every committed card that says
+    reproduced, exceeded or fell short of a paper's value has every deciding record at or above each model size,
+    worker count and device its regime names; every small-scale finding names its scale in its word."""
+    checked = 0
+    for _, c, v, recs in _committed():
+        if v.small_scale:
+            assert v.at and v.word_at.endswith(f"({v.at})") and v.paper_verdict == "not testable here", c.id
+            continue
+        if v.verdict not in PAPER_WORDS or c.regime is None or c.regime.any_scale:
+            continue
+        checked += 1
+        assert not c.regime.here, c.id
+        for bound in c.regime.checked:
+            sized = [r["model"]["params"] for r in recs if r["model"]["params"] > 0]
+            if bound.name == "params":
+                assert sized and min(sized) >= bound.value, (c.id, min(sized or [0]), bound)
+            if bound.name == "workers":
+                assert min(r["parallel"]["world_size"] for r in recs) >= bound.value, c.id
+            if bound.name == "device":
+                assert {r["env"]["device"] for r in recs} == {bound.value}, c.id
+    assert checked >= 1  # sdp-500m-memory (llama-500m on 8 workers, estimated) is inside its regime
+
+
+def test_the_site_counts_split_the_papers_regime_from_small_scale_findings():
+    small = verdicts_module.Verdict("holds at small scale", outside="o", at="llama-tiny 3.1M, 1 worker, cpu")
+    groups = glance.counts([(None, verdicts_module.Verdict("not testable here")), (None, small)])
+    assert groups == [
+        (glance.PAPER, [("not testable here", 1)]),
+        (f"{glance.SMALL} (llama-tiny 3.1M, 1 worker, cpu)", [("holds at small scale", 1)]),
+    ]
