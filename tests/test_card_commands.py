@@ -110,7 +110,7 @@ def test_every_cards_command_plans_the_arms_it_reads(name, card, monkeypatch):
     if preset.group(1) != "smoke":  # a GPU preset, planned as on a node of GPUS GPUs with every SDPA backend
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
         monkeypatch.setattr(flash_io_plan, "available_backends", lambda device, dtype="float32": list(BACKENDS))
-        monkeypatch.setattr(sdp_plan, "step_flops", lambda model, sequences, seq_len: 1e12 * sequences)
+        monkeypatch.setattr(sdp_plan, "step_flops", lambda model, sequences, seq_len, blocks=None: 1e12 * sequences)
     plan = load_plan(name, preset.group(1))
     assert not missing_sides(card, plan), f"{card.id}: `{card.command}` plans no {missing_sides(card, plan)}"
 
@@ -149,7 +149,7 @@ def _every_cpu_preset(name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     runs, estimates = [], []
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(torch.cuda, "device_count", lambda: 0)
-        mp.setattr(sdp_plan, "step_flops", lambda model, sequences, seq_len: 1e12 * sequences)
+        mp.setattr(sdp_plan, "step_flops", lambda model, sequences, seq_len, blocks=None: 1e12 * sequences)
         for preset in get_reproduction(name).presets:
             try:
                 plan = load_plan(name, preset)

@@ -232,7 +232,7 @@ def test_the_check_ran_every_configuration_that_decides_an_estimated_card(monkey
     # the gpu preset loads as on 8 GPUs; the paper preset's budgets need no FLOP count (it takes minutes at 1B)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
     monkeypatch.setenv("CIFAR_ROOT", "/data/cifar")
-    monkeypatch.setattr(sdp_plan, "step_flops", lambda model, sequences, seq_len: 1e12 * sequences)
+    monkeypatch.setattr(sdp_plan, "step_flops", lambda model, sequences, seq_len, blocks=None: 1e12 * sequences)
     ran = {_checked(_config(*c)) for c in compositions() if c not in KNOWN_GAPS}
     unchecked = set()
     for preset in get_reproduction("sdp").presets:

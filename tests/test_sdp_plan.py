@@ -73,7 +73,7 @@ def test_every_estimated_card_finds_its_arms_among_the_estimates():
 
 def test_the_gpu_preset_runs_every_arm_its_cards_need(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
-    monkeypatch.setattr(sdp_plan, "step_flops", lambda model, sequences, seq_len: 1e12 * sequences)
+    monkeypatch.setattr(sdp_plan, "step_flops", lambda model, sequences, seq_len, blocks=None: 1e12 * sequences)
     monkeypatch.setenv("CIFAR_ROOT", "/data/cifar")
     cards = [c for c in claims_for("sdp") if set(c.requires) <= {"cuda"} and "estimated" not in c.evidence]
     # the masking preset's card is the CPU stand-in of the 8-GPU card (llama-tiny-8l, 8 gloo workers)
@@ -87,7 +87,7 @@ def test_the_gpu_preset_runs_every_arm_its_cards_need(monkeypatch):
 
 
 def test_the_paper_preset_runs_three_seeds_flop_matched(monkeypatch):
-    monkeypatch.setattr(sdp_plan, "step_flops", lambda model, sequences, seq_len: 1e12 * sequences)
+    monkeypatch.setattr(sdp_plan, "step_flops", lambda model, sequences, seq_len, blocks=None: 1e12 * sequences)
     runs = sdp_plan.plan("paper").runs
     card = next(c for c in claims_for("sdp") if c.id == "sdp-1b-val-loss")
     assert not _missing_arms([card], _frame(runs))
@@ -187,3 +187,18 @@ def test_the_tuned_cards_read_each_side_at_its_tuned_rate_and_the_others_at_the_
         sides = {method: m["arm"]["lr"], "ddp": m["baseline_arm"]["lr"]}
         tuned = claim.id.endswith("-tuned")
         assert sides == {k: sdp_plan.LR_TUNED[k] if tuned else 3e-3 for k in sides}, claim.id
+
+
+def test_backward_masking_gets_forward_maskings_flops_in_the_masking_preset():
+    """sdp-backward-masking-sparse-cpu-flops: bb-sdp's budget is b-sdp's FLOPs at equal tokens, half a step short. The
+    per-step count of the truncated model (the shared parts and the held blocks) equals what the committed b-sdp
+    runs counted a step with every worker's FLOP meter."""
+    from suite.plans import load_plan
+
+    by_budget = {(r.method, "flops" if r.flops else "tokens"): r for r in load_plan("sdp", "masking").runs}
+    equal, matched = by_budget["b-sdp", "tokens"], by_budget["bb-sdp", "flops"]
+    per_step = sdp_plan.step_flops("llama-tiny-8l", 16, 128, blocks=3)
+    assert matched.flops == (sdp_plan.MASKING_STEPS - 0.5) * per_step and equal.tokens == 300 * 16 * 128
+    root = Path(__file__).resolve().parents[1] / "results" / "sdp-masking"
+    counted = [json.loads(p.read_text()) for p in sorted(root.glob("b-sdp-*.json"))]
+    assert counted and all(r["totals"]["flops"] == r["totals"]["steps"] * per_step for r in counted)

@@ -37,9 +37,10 @@ from pathlib import Path
 
 import torch
 
+from reproductions.sdp.masks import held_count
 from suite.config import RunConfig
 from suite.meters.flops import FlopMeter
-from suite.models import build_model
+from suite.models import build_model, model_config
 from suite.plans import Estimate, Plan, Schedule, StepCost, estimated_wall_s, lr_sweep, tuned_runs
 
 # Every language arm follows one learning-rate schedule: warmup, then cosine over its own budget (an arm that is
@@ -79,7 +80,9 @@ LR_TUNED: dict[str, float | None] = {"ddp": 1.5e-3, "b-sdp C=0.5": 1.5e-3, "b-sd
 TUNED_SEEDS = (1, 2, 3, 4, 5, 6)
 # Backward against forward masking at C = 3/8 (issue 26 item 6) on a CPU: llama-tiny-8l, so that each of 8 gloo
 # workers holds 3 whole blocks and every block has 3 holders, on the quality preset's corpus under its schedule
-# rule, equal tokens; small-scale evidence for sdp-backward-masking-sparse-cpu (the paper's llama-1b needs GPUs)
+# rule, equal tokens; small-scale evidence for sdp-backward-masking-sparse-cpu (the paper's llama-1b needs GPUs).
+# bb-sdp runs a full forward and so spends about twice b-sdp's FLOPs a step: a third arm gives it b-sdp's FLOPs
+# (sdp-backward-masking-sparse-cpu-flops)
 MASKING = {**QUALITY, "model": "llama-tiny-8l", "micro_batch": 2}  # 8 x 2 x 128: the quality preset's 2,048 tokens
 MASKING_STEPS, MASKING_WORKERS, MASKING_C = 300, 8, 0.375
 # Wall seconds per step and per evaluation on 2 cores, from results/sdp-smoke (medians over seeds; StepCost); the
@@ -169,13 +172,16 @@ CALIBRATED_ARMS = {
 
 
 @cache
-def step_flops(model: str, sequences: int, seq_len: int) -> int:
+def step_flops(model: str, sequences: int, seq_len: int, blocks: int | None = None) -> int:
     """Model FLOPs of one DDP training step (forward + backward of the global batch), measured on one sequence
     and multiplied: every op's FLOPs are linear in the batch (a test checks it), and a 1B model's whole batch
-    would take minutes on a CPU."""
+    would take minutes on a CPU. With `blocks`, a forward-masked SDP step: each worker runs the shared parts and
+    that many blocks (a dropped block is the identity path, which costs nothing)."""
     torch.manual_seed(0)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     net = build_model(model).to(device)
+    if blocks is not None:
+        net.layers = net.layers[:blocks]
     tokens = torch.randint(0, net.cfg.vocab_size, (1, seq_len + 1), device=device)
     with FlopMeter() as meter:
         out = net(tokens[:, :-1])
@@ -316,13 +322,19 @@ def _tuned() -> list[RunConfig]:
 
 
 def _masking() -> list[RunConfig]:
-    """b-sdp and bb-sdp at C = 3/8 on MASKING_WORKERS gloo workers, SDP_SEEDS seeds each, equal tokens."""
+    """b-sdp and bb-sdp at C = 3/8 on MASKING_WORKERS gloo workers, SDP_SEEDS seeds each, equal tokens; and bb-sdp
+    at b-sdp's FLOPs (each worker's forward runs its held blocks only under b-sdp, every block under bb-sdp)."""
     common = {**MASKING, **QUALITY_SCHEDULE.settings(MASKING_STEPS)}
     equal, _ = _budgets(common, MASKING_WORKERS, MASKING_STEPS)
+    held = held_count(model_config(MASKING["model"])["n_layers"], MASKING_C)
+    sequences = MASKING_WORKERS * common["micro_batch"]
+    # half a b-sdp step short of its FLOPs, as _budgets does, so rounding never adds a step
+    flops = (MASKING_STEPS - 0.5) * step_flops(common["model"], sequences, common["seq_len"], blocks=held)
+    arms = (("b-sdp", equal), ("bb-sdp", equal), ("bb-sdp", {"flops": flops}))
     return [
-        RunConfig(method=m, nproc=MASKING_WORKERS, seed=s, variant={"C": MASKING_C}, **common, **equal)
+        RunConfig(method=m, nproc=MASKING_WORKERS, seed=s, variant={"C": MASKING_C}, **common, **budget)
         for s in _seeds(3)
-        for m in ("b-sdp", "bb-sdp")
+        for m, budget in arms
     ]
 
 
