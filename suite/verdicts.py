@@ -344,13 +344,20 @@ def evaluate(claim: Claim, df: pd.DataFrame) -> Verdict:
 def in_regime(claim: Claim, verdict: Verdict, samples: Samples) -> Verdict:
     """The verdict with the paper's regime beside it. Where the deciding records lie outside it, a paper-claim word
     becomes a small-scale finding (SMALL_SCALE) with the records' scale beside it, and the paper's claim stays not
-    testable here, with what would test it."""
+    testable here, with what would test it. An estimate at the paper's size whose only miss is the hardware (an
+    estimate of GPU memory made on fake tensors, its estimator checked against CPU runs) is no small-scale finding:
+    it decides nothing, and the card is inconclusive with what it would say."""
     rows = _regime_rows(samples)
     at = _at(rows, verdict.provenance)
     regime = str(claim.regime or "")
-    why = outside_regime(claim, rows)
+    bound, why = outside_regime(claim, rows)
     if not why:
         return replace(verdict, regime=regime, at=at, paper_verdict=verdict.verdict)
+    if verdict.provenance == "estimated" and bound is not None and bound.name in HARDWARE_BOUNDS:
+        word = "inconclusive" if verdict.verdict in DECIDED else verdict.verdict
+        said = f"{verdict.verdict} if judged here: " if word != verdict.verdict else ""
+        reason = f"{said}{verdict.reason}; an estimate does not stand for the paper's hardware: {why}"
+        return replace(verdict, verdict=word, reason=reason, regime=regime, at=at, paper_verdict=word)
     word = SMALL_SCALE.get(verdict.verdict, verdict.verdict)
     reason = (
         f"{verdict.reason}; outside the paper's regime: {why}, so this is a small-scale finding ({at}); the paper's "
@@ -361,6 +368,9 @@ def in_regime(claim: Claim, verdict: Verdict, samples: Samples) -> Verdict:
     )
 
 
+HARDWARE_BOUNDS = ("device", "gpu")  # regime entries that name hardware, not scale
+
+
 def _regime_rows(samples: Samples) -> pd.DataFrame:
     """The records behind a verdict's values: both sides' runs (a merge step's items have no model of their own; the
     runs they were made of do)."""
@@ -368,18 +378,19 @@ def _regime_rows(samples: Samples) -> pd.DataFrame:
     return pd.concat(parts).drop_duplicates("run_id") if parts else samples.rows
 
 
-def outside_regime(claim: Claim, rows: pd.DataFrame) -> str:
-    """Why the records `rows` lie outside the claim's regime ('' where they lie inside, or the claim has none): the
-    protocol the card judges instead of the paper's, else the first checked entry some record misses."""
+def outside_regime(claim: Claim, rows: pd.DataFrame) -> tuple[Any, str]:
+    """Why the records `rows` lie outside the claim's regime ('' where they lie inside, or the claim has none), and
+    the entry they miss: the protocol the card judges instead of the paper's (no entry), else the first checked entry
+    some record misses."""
     regime = claim.regime
     if regime is None or regime.any_scale:
-        return ""
+        return None, ""
     if regime.here:
-        return f"it judges {regime.here}, not the paper's protocol, {regime.protocol} ({regime.protocol_source})"
+        return None, f"it judges {regime.here}, not the paper's protocol, {regime.protocol} ({regime.protocol_source})"
     for bound in regime.checked:
         if missed := _misses(bound, rows):
-            return f"{missed}; the paper's regime: {bound}"
-    return ""
+            return bound, f"{missed}; the paper's regime: {bound}"
+    return None, ""
 
 
 def _misses(bound, rows: pd.DataFrame) -> str:
