@@ -32,6 +32,7 @@ import pandas as pd
 from suite.claims import Claim, ClaimsError
 from suite.metrics import METRICS, READS_DIVERGED, Samples, _per_seed, side
 from suite.records import FINISHED
+from suite.regime import outside_regime, regime_rows, scale_words
 
 ALPHA = 0.05
 # What a paper-claim word becomes where the deciding records lie outside the paper's regime (Claim.regime): a
@@ -347,8 +348,8 @@ def in_regime(claim: Claim, verdict: Verdict, samples: Samples) -> Verdict:
     testable here, with what would test it. An estimate at the paper's size whose only miss is the hardware (an
     estimate of GPU memory made on fake tensors, its estimator checked against CPU runs) is no small-scale finding:
     it decides nothing, and the card is inconclusive with what it would say."""
-    rows = _regime_rows(samples)
-    at = _at(rows, verdict.provenance)
+    rows = regime_rows(samples)
+    at = scale_words(rows, verdict.provenance)
     regime = str(claim.regime or "")
     bound, why = outside_regime(claim, rows)
     if not why:
@@ -369,73 +370,6 @@ def in_regime(claim: Claim, verdict: Verdict, samples: Samples) -> Verdict:
 
 
 HARDWARE_BOUNDS = ("device", "gpu")  # regime entries that name hardware, not scale
-
-
-def _regime_rows(samples: Samples) -> pd.DataFrame:
-    """The records behind a verdict's values: both sides' runs (a merge step's items have no model of their own; the
-    runs they were made of do)."""
-    parts = [r for r in (samples.rows, samples.baseline_rows) if r is not None and not r.empty]
-    return pd.concat(parts).drop_duplicates("run_id") if parts else samples.rows
-
-
-def outside_regime(claim: Claim, rows: pd.DataFrame) -> tuple[Any, str]:
-    """Why the records `rows` lie outside the claim's regime ('' where they lie inside, or the claim has none), and
-    the entry they miss: the protocol the card judges instead of the paper's (no entry), else the first checked entry
-    some record misses."""
-    regime = claim.regime
-    if regime is None or regime.any_scale:
-        return None, ""
-    if regime.here:
-        return None, f"it judges {regime.here}, not the paper's protocol, {regime.protocol} ({regime.protocol_source})"
-    for bound in regime.checked:
-        if missed := _misses(bound, rows):
-            return bound, f"{missed}; the paper's regime: {bound}"
-    return None, ""
-
-
-def _misses(bound, rows: pd.DataFrame) -> str:
-    """What in `rows` misses one checked entry of a regime ('' when every record meets it)."""
-    if bound.name == "params":
-        sized = rows[rows["params"] > 0]
-        if sized.empty:
-            return "no record names a model with parameters"
-        small = sized.loc[sized["params"].idxmin()]
-        return f"{small['model']} has {_count(small['params'])} parameters" if small["params"] < bound.value else ""
-    if bound.name == "workers":
-        least = int(rows["world_size"].min())
-        return f"{least} worker{'' if least == 1 else 's'}" if least < bound.value else ""
-    if bound.name == "groups":
-        groups = [json.loads(v).get("K") for v in rows["variant"]]
-        counted = [k for k in groups if isinstance(k, int)]
-        if not counted:
-            return "no record has federation groups (variant K)"
-        return f"{min(counted)} groups" if min(counted) < bound.value else ""
-    if bound.name == "device":
-        other = sorted(set(rows["device"]) - {bound.value})
-        return f"records on {', '.join(other)}" if other else ""
-    names = sorted({str(n) for n in rows["device_name"] if bound.value not in str(n)})
-    return f"records on {', '.join(names)}" if names else ""
-
-
-def _count(n: float) -> str:
-    """A parameter count in a few characters: 3.1M, 1.2B."""
-    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if n >= size:
-            return f"{n / size:.2g}{unit}" if n < 10 * size else f"{n / size:.0f}{unit}"
-    return f"{int(n)}"
-
-
-def _at(rows: pd.DataFrame, provenance: str | None) -> str:
-    """The records' scale in a few words: models with their sizes, workers, and the device or the evidence kind."""
-    if rows is None or rows.empty:
-        return ""
-    sized = rows[rows["params"] > 0].drop_duplicates("model").sort_values("params")
-    models = ", ".join(f"{m} {_count(p)}" for m, p in zip(sized["model"], sized["params"]))
-    worlds = sorted({int(w) for w in rows["world_size"]})
-    workers = f"{worlds[0]}" if len(worlds) == 1 else f"{worlds[0]}-{worlds[-1]}"
-    measured = provenance is None or provenance.startswith("measured")
-    where = "/".join(sorted(set(rows["device"]))) if measured else provenance
-    return ", ".join(p for p in (models, f"{workers} worker{'' if worlds == [1] else 's'}", where) if p)
 
 
 def _beyond_floors(claim: Claim, samples: Samples, label: str, said: str, shown: tuple[Shown, ...]) -> Verdict:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from suite import verdicts as verdicts_module
 from suite.claims import ClaimsError
 from suite.records import load_records
+from suite.regime import count_words
 from suite.report import glance
 from suite.verdicts import SMALL_SCALE, evaluate, judge_all
 from tests.test_claims import RATIO, claim, frame, quality_claim, rows
@@ -43,7 +44,7 @@ def test_records_below_the_regime_never_say_a_paper_word(values, better, params)
     assert v.verdict not in (*PAPER_WORDS, "inconclusive") and v.paper_verdict == "not testable here"
     assert v.verdict == SMALL_SCALE.get(plain.verdict, plain.verdict)
     assert v.outside.startswith("llama-tiny has") and "the paper's 1B" in v.outside
-    assert v.word_at == f"{v.verdict} (llama-tiny {verdicts_module._count(params)}, 4 workers, cpu)"
+    assert v.word_at == f"{v.verdict} (llama-tiny {count_words(params)}, 4 workers, cpu)"
     assert "What would test it: 1B on GPUs" in v.reason
 
 
