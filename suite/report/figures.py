@@ -514,12 +514,16 @@ def calibration_sweep(sweeps: list[Sweep], cards: list[str]) -> Chart | None:
     settings = list(dict.fromkeys(setting for s in sweeps for setting, _, _ in s.points))
     labels = [wrap(setting.replace("model=", ""), 24) for setting in settings]
     lines = sum(label.count("\n") + 1 for label in labels)
-    fig, axes = figure(2.2 + 3.2 * len(sweeps), 0.9 + 0.2 * lines + 0.1 * len(settings), 1, len(sweeps), sharey=True)
+    # the tick labels and every line of the longest axis label
+    below = 0.4 + 0.15 * max(_sweep_label(s).count("\n") + 1 for s in sweeps)
+    fig, axes = figure(
+        2.2 + 3.2 * len(sweeps), 0.35 + below + 0.2 * lines + 0.1 * len(settings), 1, len(sweeps), sharey=True
+    )
     for ax, sweep in zip(axes[0], sweeps):
         _sweep_panel(ax, sweep, settings)
     axes[0, 0].set_yticks(range(len(settings)), labels)
     axes[0, 0].invert_yaxis()
-    margins(fig, left=0.3 + text_inches(labels), bottom=0.55, top=0.15, right=0.25, wspace=0.15)
+    margins(fig, left=0.3 + text_inches(labels), bottom=below, top=0.15, right=0.25, wspace=0.15)
     caption = (
         f"{sweep_finding(sweeps).split(': ', 1)[1]} (green); the paper's value and ±{sweeps[0].within:.0%} in "
         f"orange. One sweep for the cards {', '.join(cards)}: one setting for the whole table."
@@ -551,7 +555,11 @@ def _sweep_panel(ax, sweep: Sweep, settings: list[str]) -> None:
     low, high = sweep.paper * (1 - sweep.within), sweep.paper * (1 + sweep.within)
     ax.axvspan(low / scale, high / scale, color="#fbbc04", alpha=0.3)
     ax.axvline(sweep.paper / scale, color="#b06000", linewidth=1.5)
-    ax.set_xlabel(wrap(f"{sweep.baseline} {sweep.quantity} (GB)", 30))
+    ax.set_xlabel(_sweep_label(sweep))
+
+
+def _sweep_label(sweep: Sweep) -> str:
+    return wrap(f"{sweep.baseline} {sweep.quantity} (GB)", 30)
 
 
 def _ticks(low: float, high: float, count: int = 5) -> list[float]:
