@@ -167,6 +167,14 @@ class Beside:
     overrides: dict[str, Any]
 
 
+def count_words(n: float) -> str:
+    """A parameter count in a few characters: 3.1M, 1.2B."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= size:
+            return f"{n / size:.2g}{unit}" if n < 10 * size else f"{n / size:.0f}{unit}"
+    return f"{int(n)}"
+
+
 @dataclass(frozen=True)
 class Bound:
     """One entry of a paper's regime: what it is (`name`), its value (a least `min`, an exact `is`, or a `note` that is
@@ -178,7 +186,7 @@ class Bound:
     check: str = "note"  # min, is or note
 
     def __str__(self) -> str:
-        shown = f"{self.value:,.4g}" if isinstance(self.value, float) else self.value
+        shown = count_words(self.value) if isinstance(self.value, float) else self.value
         what = {"min": f"at least {shown}", "is": str(shown)}.get(self.check, str(shown))
         return f"{self.name} {what} ({self.source})"
 

@@ -7,7 +7,7 @@ import json
 
 import pandas as pd
 
-from suite.claims import Bound, Claim
+from suite.claims import Bound, Claim, count_words
 from suite.metrics import Samples
 
 
@@ -57,14 +57,6 @@ def _misses(bound: Bound, rows: pd.DataFrame) -> str:
         return f"records on {', '.join(other)}" if other else ""
     names = sorted({str(n) for n in rows["device_name"] if bound.value not in str(n)})
     return f"records on {', '.join(names)}" if names else ""
-
-
-def count_words(n: float) -> str:
-    """A parameter count in a few characters: 3.1M, 1.2B."""
-    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if n >= size:
-            return f"{n / size:.2g}{unit}" if n < 10 * size else f"{n / size:.0f}{unit}"
-    return f"{int(n)}"
 
 
 def scale_words(rows: pd.DataFrame, provenance: str | None) -> str:

@@ -52,7 +52,7 @@ def test_records_inside_the_regime_keep_the_paper_word():
     card = claim(metric=RATIO, regime=AT_1B, what_would_test="1B")
     v = evaluate(card, _ratio_frame([60.0], params=1_235_814_400))
     assert v.verdict == "reproduced" and v.paper_verdict == "reproduced" and not v.small_scale
-    assert v.word_at == "reproduced" and v.regime == "params at least 1e+09 (the paper's 1B)"
+    assert v.word_at == "reproduced" and v.regime == "params at least 1B (the paper's 1B)"
 
 
 @pytest.mark.parametrize(
