@@ -478,18 +478,18 @@ def _regime(e: _Entry, paper_value: Any, what_would_test: str) -> Regime | None:
     bounds = tuple(_bound(e, name, spec[name]) for name in spec if name not in ("protocol", "any_scale"))
     protocol = _regime_entry(e, "protocol", spec.get("protocol"), {"paper"}, {"here"}) if "protocol" in spec else {}
     any_scale = _regime_entry(e, "any_scale", spec["any_scale"], {"because"}) if "any_scale" in spec else {}
-    checked = [b for b in bounds if b.check != "note"]
-    if any_scale and checked:
-        raise e.error("regime.any_scale", "a claim for any size checks no bound; drop the bounds or any_scale")
-    if not any_scale and not checked:
-        raise e.error("regime", f"no checked entry; give one of {sorted(REGIME_CHECKED)} (or any_scale)")
-    return Regime(
+    regime = Regime(
         bounds,
         protocol.get("paper", ""),
         protocol.get("source", ""),
         protocol.get("here", ""),
         any_scale.get("because", "") + (f" ({any_scale['source']})" if any_scale else ""),
     )
+    if regime.any_scale and regime.checked:
+        raise e.error("regime.any_scale", "a claim for any size checks no bound; drop the bounds or any_scale")
+    if not regime.any_scale and not regime.checked:
+        raise e.error("regime", f"no checked entry; give one of {sorted(REGIME_CHECKED)} (or any_scale)")
+    return regime
 
 
 def _regime_entry(e: _Entry, name: str, spec: Any, needed: set[str], optional: frozenset | set = frozenset()) -> dict:

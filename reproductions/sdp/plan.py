@@ -189,11 +189,12 @@ def step_flops(model: str, sequences: int, seq_len: int, blocks: int | None = No
     return meter.model_flops * sequences
 
 
-def _budgets(common: dict, workers: int, steps: int) -> tuple[dict, dict]:
-    """Equal steps as a token budget, and FLOP-matched as DDP's FLOPs in as many steps."""
+def _budgets(common: dict, workers: int, steps: int, blocks: int | None = None) -> tuple[dict, dict]:
+    """Equal steps as a token budget, and FLOP-matched as DDP's FLOPs in as many steps (with `blocks`, a
+    forward-masked SDP arm's FLOPs, each worker running that many blocks: step_flops)."""
     sequences = workers * common["micro_batch"]
-    # half a step short of `steps` DDP steps, so rounding never adds or drops one
-    flops = (steps - 0.5) * step_flops(common["model"], sequences, common["seq_len"])
+    # half a step short of `steps` steps, so rounding never adds or drops one
+    flops = (steps - 0.5) * step_flops(common["model"], sequences, common["seq_len"], blocks=blocks)
     return {"tokens": steps * sequences * common["seq_len"]}, {"flops": flops}
 
 
@@ -325,12 +326,9 @@ def _masking() -> list[RunConfig]:
     """b-sdp and bb-sdp at C = 3/8 on MASKING_WORKERS gloo workers, SDP_SEEDS seeds each, equal tokens; and bb-sdp
     at b-sdp's FLOPs (each worker's forward runs its held blocks only under b-sdp, every block under bb-sdp)."""
     common = {**MASKING, **QUALITY_SCHEDULE.settings(MASKING_STEPS)}
-    equal, _ = _budgets(common, MASKING_WORKERS, MASKING_STEPS)
     held = held_count(model_config(MASKING["model"])["n_layers"], MASKING_C)
-    sequences = MASKING_WORKERS * common["micro_batch"]
-    # half a b-sdp step short of its FLOPs, as _budgets does, so rounding never adds a step
-    flops = (MASKING_STEPS - 0.5) * step_flops(common["model"], sequences, common["seq_len"], blocks=held)
-    arms = (("b-sdp", equal), ("bb-sdp", equal), ("bb-sdp", {"flops": flops}))
+    equal, b_sdp_flops = _budgets(common, MASKING_WORKERS, MASKING_STEPS, blocks=held)
+    arms = (("b-sdp", equal), ("bb-sdp", equal), ("bb-sdp", b_sdp_flops))
     return [
         RunConfig(method=m, nproc=MASKING_WORKERS, seed=s, variant={"C": MASKING_C}, **common, **budget)
         for s in _seeds(3)

@@ -28,7 +28,7 @@ from matplotlib.transforms import blended_transform_factory
 from suite.claims import Claim
 from suite.metrics import QUALITY, RATIOS, side
 from suite.report.figures import Chart, chart, figure, margins, safe, text_inches, wrap
-from suite.verdicts import VERDICTS, Verdict, seed_samples
+from suite.verdicts import SMALL_SCALE, VERDICTS, Verdict, seed_samples
 
 COLOURS = {
     "reproduced": "#137333",
@@ -78,7 +78,7 @@ def counts(verdicts: list[tuple[Claim, Verdict]]) -> list[tuple[str, list[tuple[
 PAPER = "the paper's claims, in its regime"
 SMALL = "small-scale findings"
 OWN = "the suite's own measurements and checks"
-PAPER_WORDS = ("reproduced", "exceeded", "fell short", "inconclusive", "not testable here")
+PAPER_WORDS = (*SMALL_SCALE, "not testable here")  # the words said of a paper's claim in its regime
 
 
 def on_ratio_axis(claim: Claim) -> bool:
