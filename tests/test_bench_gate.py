@@ -262,6 +262,17 @@ def test_counters_scheduling_moves_are_printed_not_gated(monkeypatch):
     assert not gate.failed(checks)
 
 
+def test_the_tensor_parallel_peak_that_moved_in_ci_is_printed_and_its_state_gated():
+    from benchmarks.counters import scheduled
+
+    arm = "tp-n2-micro_batch16-eval_every11"
+    for field in ("peak_bytes", "grads", "activations", "other"):
+        assert scheduled(f"{arm} memory/{field}/rank1")
+    for field in ("state_bytes", "params", "optimizer"):
+        assert not scheduled(f"{arm} memory/{field}/rank1")
+    assert not scheduled("ddp-n2 memory/peak_bytes/rank1")
+
+
 def test_only_blocking_measures_fail_on_a_slowdown(monkeypatch):
     slower = {**SPEED, FAST.key: 900.0 / 1.3}  # fsdp 30% slower: its ratio and its units move
     checks = gate.compare(bench_json(slower), REFERENCE, TOY)
