@@ -161,13 +161,13 @@ GPU_FSDP_ARMS = (("adamw", {}), ("muon", {}), ("dion", {"rank_fraction": 0.25}))
 # run; the rates are the smoke sweep's (tuned on llama-tiny, not at 1B), which the card states
 TARGET = dict(model="llama-1b", device="cuda", seq_len=1024, micro_batch=4, eval_every=50, log_every=10)
 TARGET_LOSS, TARGET_MAX_TOKENS, TARGET_GPUS = 3.5, 2e9, 8
-PRESETS = ("smoke", "tune", "quality", "gpu", "target", "paper")
+PRESETS = ("smoke", "tune", "tune-adamw", "quality", "gpu", "target", "paper")
 
 
-def _arm(optimizer: str, variant: dict) -> dict:
+def _arm(optimizer: str, variant: dict, scalar_lr: float = SCALAR_LR) -> dict:
     sets = dict(variant)
     if optimizer != "adamw":
-        sets["scalar_lr"] = SCALAR_LR
+        sets["scalar_lr"] = scalar_lr
     return sets
 
 
@@ -219,18 +219,24 @@ def _long() -> list[RunConfig]:
     ]
 
 
-def tune_runs() -> list[RunConfig]:
-    """Seed 0 of AdamW, Muon and Dion at rank 1/4, TUNE_STEPS steps each under the quality schedule rule, at every
-    rate of TUNE_GRID, rate by rate (a tune stopped midway leaves every optimizer with nearly as many trials)."""
-    common = {**LONG, **QUALITY_SCHEDULE.settings(TUNE_STEPS)}
-    budget = {"tokens": _tokens(TUNE_STEPS, common["nproc"], common)}
+def tune_runs(steps: int = TUNE_STEPS, arms: tuple = SWEPT_ARMS) -> list[RunConfig]:
+    """Seed 0 of `arms` (AdamW, Muon and Dion at rank 1/4), `steps` steps each under the quality schedule rule, at
+    every rate of TUNE_GRID, rate by rate (a tune stopped midway leaves every optimizer with nearly as many trials)."""
+    common = {**LONG, **QUALITY_SCHEDULE.settings(steps)}
+    budget = {"tokens": _tokens(steps, common["nproc"], common)}
     return [
         RunConfig(
             optimizer=o, lr=TUNE_GRID[o][i], seed=0, variant=_arm(o, v), reproduction=TUNE_SWEEP, **budget, **common
         )
         for i in range(len(TUNE_MATRIX_GRID))
-        for o, v in SWEPT_ARMS
+        for o, v in arms
     ]
+
+
+def tune_adamw_runs() -> list[RunConfig]:
+    """The AdamW arm's tune at each quality budget (LONG_STEPS), the first of the two stages of a tune at the cards'
+    horizon: its winners become the rate of the AdamW part of Muon and Dion, whose matrix rates the second tunes."""
+    return [cfg for steps in LONG_STEPS for cfg in tune_runs(steps, SWEPT_ARMS[:1])]
 
 
 def quality_wall_s(runs: list[RunConfig]) -> float:
@@ -365,6 +371,9 @@ def plan(preset: str) -> Plan:
         notes.append(
             f"a learning-rate sweep filed as {TUNE_SWEEP}: suite.sweeps.sweep_winners picks each optimizer's rate"
         )
+    elif preset == "tune-adamw":
+        runs, micro = tune_adamw_runs(), []
+        notes.append(f"estimated wall time {quality_wall_s(runs) / 60:.0f} minutes on 2 quiet cores (not measured)")
     elif preset == "gpu":
         runs, micro = _gpu()
     elif preset == "target":
