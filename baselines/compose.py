@@ -18,7 +18,7 @@ from baselines.pp import Pipeline
 from baselines.tp import TensorParallel, apply_tp, check_degree
 from suite.models import blocks_of
 from suite.params import Param
-from suite.strategy import Context, local_tensor
+from suite.run.strategy import Context, local_tensor
 
 
 def _check_grid(name: str, world_size: int, inner: int) -> None:

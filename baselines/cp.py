@@ -29,7 +29,7 @@ from baselines.checkpointing import apply_activation_checkpointing
 from baselines.gradsync import average_gradients
 from suite import models
 from suite.models.llama import Attention
-from suite.strategy import Context, Strategy
+from suite.run.strategy import Context, Strategy
 
 
 def check_sequence(model: str, seq_len: int, world_size: int) -> None:

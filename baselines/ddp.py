@@ -11,7 +11,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from baselines import fp8, precision
 from baselines.checkpointing import apply_activation_checkpointing
-from suite.strategy import Context, Strategy
+from suite.run.strategy import Context, Strategy
 
 # Buffers here are constants (RoPE tables) or running statistics read only by rank 0's evaluation;
 # broadcasting them every forward would add traffic that is not DDP's gradient all-reduce. The flag

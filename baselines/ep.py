@@ -33,7 +33,7 @@ from baselines.gradsync import average_gradients
 from suite import models
 from suite.meters.base import Meter
 from suite.models.moe import MoE, MoeConfig, active_params, run_experts
-from suite.strategy import Context, Strategy
+from suite.run.strategy import Context, Strategy
 
 
 def check_experts(model: str, world_size: int) -> None:

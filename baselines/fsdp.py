@@ -14,7 +14,7 @@ from baselines import precision
 from baselines.checkpointing import apply_activation_checkpointing
 from suite.models import blocks_of
 from suite.params import Param
-from suite.strategy import Context, Strategy
+from suite.run.strategy import Context, Strategy
 
 
 @contextmanager

@@ -26,9 +26,9 @@ from torch.distributed.tensor import DTensor
 from torch.optim.adamw import adamw as functional_adamw
 
 from suite.config import RunConfig
-from suite.optim import OptimizerSpec, param_groups
 from suite.params import Param
-from suite.strategy import Context
+from suite.run.optim import OptimizerSpec, param_groups
+from suite.run.strategy import Context
 
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
 NS_STEPS = 5

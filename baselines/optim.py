@@ -1,5 +1,5 @@
 """AdamW, the matched baseline optimizer: weight decay on matrices and the head, none on embeddings, norms
-and biases (the groups of suite.optim.param_groups)."""
+and biases (the groups of suite.run.optim.param_groups)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from suite.config import RunConfig
-from suite.optim import OptimizerSpec, param_groups
-from suite.strategy import Context
+from suite.run.optim import OptimizerSpec, param_groups
+from suite.run.strategy import Context
 
 DECAYED = ("matrices", "head")
 

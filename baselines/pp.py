@@ -33,7 +33,7 @@ from baselines.checkpointing import apply_activation_checkpointing
 from suite import models
 from suite.meters.base import Meter
 from suite.params import Param
-from suite.strategy import Context, Strategy
+from suite.run.strategy import Context, Strategy
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved": ScheduleInterleaved1F1B}
 # stages per rank of each schedule; 2 for interleaved, as in the paper's experiments and torchtitan's default

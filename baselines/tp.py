@@ -35,7 +35,7 @@ from baselines.checkpointing import apply_activation_checkpointing
 from suite import models
 from suite.models.llama import Attention
 from suite.params import Param
-from suite.strategy import Context, Strategy, local_tensor
+from suite.run.strategy import Context, Strategy, local_tensor
 
 
 def check_degree(model: str, degree: int) -> None:

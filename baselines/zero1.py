@@ -13,7 +13,7 @@ import torch
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
 from baselines.ddp import DDP
-from suite.strategy import Context
+from suite.run.strategy import Context
 
 
 def _group_settings(group: dict) -> dict:

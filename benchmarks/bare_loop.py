@@ -9,7 +9,7 @@ with the median step time after warm-up (rank 0's; the ranks wait for each other
 rank's median CPU seconds per step.
 
 Workers are spawned fresh, as the suite's launcher starts them, so they take OMP_NUM_THREADS
-(cores / nproc, as suite/launch.py sets it) and the allocator variables (MALLOC_*) of this process's
+(cores / nproc, as suite/run/launch.py sets it) and the allocator variables (MALLOC_*) of this process's
 environment at start-up: set those in the shell to compare allocator settings.
 """
 
@@ -162,7 +162,7 @@ def free_port() -> int:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    # before the workers start: OpenMP reads it once, at their import of torch (suite/launch.py does the same)
+    # before the workers start: OpenMP reads it once, at their import of torch (suite/run/launch.py does the same)
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.nproc)))
     mp.start_processes(worker, args=(args, free_port()), nprocs=args.nproc, start_method="spawn")
 

@@ -107,7 +107,7 @@ def run_commands(name: str, results: Path, env: dict[str, str] | None = None, on
     """The plan's microbenchmark items, then one shortened run of each kind of arm (method, optimizer,
     activation checkpointing, precision; seed 0 with `one_seed`; not its sweeps), as suite commands."""
     from suite.config import command_line
-    from suite.plans import load_plan
+    from suite.plan.plans import load_plan
 
     plan = load_plan(name, "gpu")
     kinds = {}

@@ -34,9 +34,9 @@ from benchmarks import slowdown
 from benchmarks.bare_loop import BARE_LOOP
 from benchmarks.calibrate import calibrate
 from benchmarks.counters import counters, rss
-from suite.launch import launch
-from suite.pairs import MICRO_BATCH, SEQ_LEN, WARMUP, Config, Pair
+from suite.plan.pairs import MICRO_BATCH, SEQ_LEN, WARMUP, Config, Pair
 from suite.records import read_record
+from suite.run.launch import launch
 
 ROOT = Path(__file__).resolve().parent.parent
 

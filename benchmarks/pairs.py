@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from benchmarks.bare_loop import BARE_LOOP
 from suite.extensions import reproductions
-from suite.pairs import Config, Pair
+from suite.plan.pairs import Config, Pair
 
 DDP = Config("ddp")
 

@@ -5,7 +5,7 @@
 
 The bench harness (benchmarks/measure.py) adds this module to SUITE_REPRODUCTIONS of the launches it makes
 when BENCH_SLOWDOWN is set, so each worker imports it through the suite's ordinary discovery of out-of-tree
-reproductions; it declares no method and, on import, wraps the one training step of suite/train.py. After a
+reproductions; it declares no method and, on import, wraps the one training step of suite/run/train.py. After a
 step of t CPU seconds the wrapper spins until the process has used fraction x t more: extra work inside the
 step clock, as a regression would add (a sleep would add wall time but no CPU time). The bare loop
 (benchmarks/bare_loop.py) is not the suite's loop and is never slowed. Nothing else imports this module.
@@ -17,8 +17,8 @@ import functools
 import os
 import time
 
-from suite import train
 from suite.extensions import Reproduction
+from suite.run import train
 
 ENV = "BENCH_SLOWDOWN"
 

@@ -54,7 +54,7 @@ def arm_of(record: dict) -> dict[str, Any]:
 def label(cfg: dict[str, Any]) -> str:
     """A readable name of one arm on its own: method, optimizer and the method's and optimizer's parameters.
 
-    Pages shorten it to what varies among their arms (suite/report/arms.py)."""
+    Pages shorten it to what varies among their arms (suite/report/labels.py)."""
     variant = dict(cfg.get("variant") or {})
     optimizer = variant.pop("optimizer", cfg.get("optimizer"))
     for shown_elsewhere in ("ac", "precision"):

@@ -18,10 +18,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from suite.claims import ClaimsError
 from suite.config import FIELDS, RunConfig, apply_sets, field_type
 from suite.errors import UsageError
 from suite.evals import add_evaluate_command
+from suite.judge.claims import ClaimsError
 from suite.records import FINISHED
 
 ESTIMATE_WORLD = 8  # ranks an estimate stands for unless --world-size says otherwise
@@ -88,8 +88,8 @@ def parameters_help(argv: list[str]) -> str | None:
     """`run METHOD --help` (and `--optimizer NAME`) lists the method's and optimizer's parameters."""
     if "-h" not in argv and "--help" not in argv:
         return None
-    from suite import optim, strategy
     from suite.params import help_lines
+    from suite.run import optim, strategy
 
     words = [w for w in argv if not w.startswith("-")]
     lines = []
@@ -116,9 +116,10 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> RunConfig:
 
 def check_config(cfg: RunConfig, machine: bool = True) -> None:
     """Every check that needs no worker; raises UsageError with the fix. `machine`: also against this
-    machine's memory and cores (suite/limits.py)."""
-    from suite import data, limits, models, optim, protocols, strategy
+    machine's memory and cores (suite/run/limits.py)."""
+    from suite import data, models
     from suite.config import check_lr_decay, check_precision
+    from suite.run import limits, optim, protocols, strategy
 
     try:
         protocols.from_args(cfg.tokens, cfg.flops, cfg.time_s, cfg.target, cfg.max_tokens)
@@ -195,8 +196,8 @@ def _check_writable(folder: Path) -> None:
 
 def resume_config(record_path: str) -> RunConfig:
     """The config of the incomplete run `record_path`, set to continue from its newest checkpoint."""
-    from suite import checkpoint
     from suite.records import RecordError, read_record
+    from suite.run import checkpoint
 
     try:
         rec = read_record(record_path)
@@ -213,7 +214,7 @@ def resume_config(record_path: str) -> RunConfig:
 
 
 def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
-    from suite.launch import launch, under_torchrun
+    from suite.run.launch import launch, under_torchrun
 
     if args.resume_record and args.method:
         raise UsageError("--resume continues a run as it was configured: give the record alone, no method or flags")
@@ -226,7 +227,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         cfg.nproc = int(os.environ["WORLD_SIZE"])
     check_config(cfg, machine=not args.over_limits)
     if under_torchrun():
-        from suite.train import train
+        from suite.run.train import train
 
         path = train(cfg)
         if int(os.environ.get("RANK", 0)) == 0:
@@ -234,14 +235,14 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         return 0
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
-    from suite.lock import one_writer
+    from suite.plan.lock import one_writer
 
     try:
-        # a plan resuming the same run would write beside it (suite/lock.py)
+        # a plan resuming the same run would write beside it (suite/plan/lock.py)
         with one_writer(cfg.results, "run --resume") if args.resume_record else contextlib.nullcontext():
             path = launch(cfg)
     except SignalException as err:  # SIGTERM or SIGINT while the workers ran: recorded, no traceback
-        from suite.launch import close_record
+        from suite.run.launch import close_record
 
         name = signal.Signals(err.sigval).name
         close_record(cfg, "incomplete", lambda seen: f"interrupted by {name}" + (f"; {seen}" if seen else ""))
@@ -288,8 +289,8 @@ def plan_runs(results: Path, name: str) -> list[Path]:
 
 def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
     from suite.extensions import get_reproduction
-    from suite.plans import load_plan
-    from suite.reproduce import Interrupted, run_plan, table, verdict_summary, write_summary
+    from suite.plan.plans import load_plan
+    from suite.plan.reproduce import Interrupted, run_plan, table, verdict_summary, write_summary
     from suite.timing import PlanTimer, render
 
     timer = PlanTimer()
@@ -306,7 +307,7 @@ def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
     results = Path(args.results or f"results/runs/{args.name}-{preset}")
     _check_writable(results)
     on_slurm = args.launcher == "slurm"
-    from suite.slurm import given
+    from suite.plan.slurm import given
 
     if not on_slurm and given(args):
         raise UsageError(f"{', '.join(given(args))}: options of --launcher slurm; add it, or drop them")
@@ -322,7 +323,7 @@ def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
     missing = 0
     try:
         if on_slurm:
-            from suite.slurm import options_from_args, run_plan_on_slurm
+            from suite.plan.slurm import options_from_args, run_plan_on_slurm
 
             outcome = run_plan_on_slurm(plan, results, options_from_args(args), args.fresh)
             if outcome is None:  # --dry-run: the scripts are printed, nothing ran
@@ -376,8 +377,8 @@ def gpu_checks(folder: Path) -> list[Path]:
 
 
 def cmd_verdicts(args: argparse.Namespace, argv: list[str]) -> int:
+    from suite.judge.verdicts import origin, verdict_rows, verdict_table
     from suite.records import load_records
-    from suite.verdicts import origin, verdict_rows, verdict_table
 
     records, origins = [], []
     for folder in args.results:
@@ -418,8 +419,8 @@ def _list_reproductions() -> int:
 
 
 def cmd_micro(args: argparse.Namespace, argv: list[str]) -> int:
-    from suite.plans import load_plan
-    from suite.reproduce import run_micro
+    from suite.plan.plans import load_plan
+    from suite.plan.reproduce import run_micro
 
     try:
         plan = load_plan(args.name, args.preset)
@@ -467,10 +468,9 @@ def _estimate_parser(sub) -> None:
 
 
 def cmd_estimate(args: argparse.Namespace, argv: list[str]) -> int:
-    from suite.compare import compare, format_comparison
-    from suite.estimate import check_estimable, estimate
-    from suite.estimate.compare import measure_beside
+    from suite.estimate.beside import compare, format_comparison, measure_beside
     from suite.estimate.record import format_estimate
+    from suite.estimate.scale import check_estimable, estimate
     from suite.records import write_record
 
     cfg = dataclasses.replace(config_from_args(args, argv), tokens=1.0)  # a fixed number of steps, no budget
@@ -572,7 +572,7 @@ def parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         default="local",
         help="local: workers on this machine; slurm: one batch job per run (estimates and microbenchmarks run here)",
     )
-    from suite.slurm import add_arguments
+    from suite.plan.slurm import add_arguments
 
     add_arguments(rep)
     mic = sub.add_parser("micro", help="run one microbenchmark item of a reproduction's plan; prints its record's path")

@@ -184,7 +184,7 @@ class RunConfig:
     comm_step: int = setting(2, "the first step collectives are counted on")
     clock_warmup: int = setting(2, "steps before the clock starts")
     log_every: int = setting(10, "steps between progress lines", kind="record")
-    # checkpoints and faults (suite/checkpoint.py, docs/faults.md): a checkpoint every
+    # checkpoints and faults (suite/run/checkpoint.py, docs/faults.md): a checkpoint every
     # checkpoint_every steps (0: none); torchrun restarts the workers from the last one up to max_restarts
     # times; a collective that waits longer than collective_timeout_s fails the run instead of hanging it
     checkpoint_every: int = setting(

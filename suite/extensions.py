@@ -35,9 +35,9 @@ DECLARATION = "REPRODUCTION"
 class Reproduction:
     """What one reproduction adds; every field but the name and description is optional.
 
-    methods: Strategy subclasses (each with a unique `name`); optimizers: OptimizerSpec (suite.optim);
+    methods: Strategy subclasses (each with a unique `name`); optimizers: OptimizerSpec (suite.run.optim);
     meters: Meter subclasses (suite.meters.base) run on every run where they apply; plan: preset -> Plan;
-    claims: its claims.yaml; pairs: bench pairs (suite.pairs.Pair) for the throughput gate; report:
+    claims: its claims.yaml; pairs: bench pairs (suite.plan.pairs.Pair) for the throughput gate; report:
     (results folder, report folder) -> a page of its own, written beside the generic report by `reproduce`
     (for what the generic pages do not draw, such as fits over microbenchmark rows).
     """

@@ -1,6 +1,6 @@
 """Typed parameters of methods and optimizers: one declaration that parses `--set`, checks and documents.
 
-A method (suite.strategy.Strategy) or an optimizer (suite.optim.OptimizerSpec) declares
+A method (suite.run.strategy.Strategy) or an optimizer (suite.run.optim.OptimizerSpec) declares
 
     params = {"C": Param(float, 0.5, "fraction of blocks each worker holds", low=0, high=1, low_open=True),
               "aggregation": Param(str, "groups", "how holders sum gradients", choices=("groups", "dense"))}

@@ -77,9 +77,9 @@ def runs(tmp_path_factory) -> Runs:
 
 
 def _shared_records(folder: Path, commands: list[tuple[str, ...]], tail: list[str]) -> dict[tuple[str, ...], dict]:
-    """The record of each command, every run of one world size in one launch (suite/multirun.py)."""
+    """The record of each command, every run of one world size in one launch (suite/plan/multirun.py)."""
     from suite.cli import check_config, config_from_args, parser
-    from suite.multirun import launch_runs
+    from suite.plan.multirun import launch_runs
 
     by_world: dict[int, list] = {}
     for i, args in enumerate(dict.fromkeys(commands)):
@@ -97,7 +97,7 @@ def _shared_records(folder: Path, commands: list[tuple[str, ...]], tail: list[st
 
 class SharedRuns:
     """Commands of `python -m suite run` that share launches: each made into its config as the command line makes
-    it (its parser and checks), then every run of one world size in one launch (suite/multirun.py), as a plan runs
+    it (its parser and checks), then every run of one world size in one launch (suite/plan/multirun.py), as a plan runs
     its runs. On 2 cores a launch is mostly start-up (the launcher's and every worker's imports of torch), and
     tests/test_multirun.py checks that a run of a shared launch records what a launch of its own does."""
 

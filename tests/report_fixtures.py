@@ -17,7 +17,7 @@ import zlib
 from functools import lru_cache
 from pathlib import Path
 
-from suite.claims import load_claims
+from suite.judge.claims import load_claims
 from suite.records import load_records, validate, write_record
 from suite.report import build_report_for, build_site
 

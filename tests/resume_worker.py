@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from suite import checkpoint
 from suite.config import RunConfig, apply_sets
-from suite.train import Worker
+from suite.run import checkpoint
+from suite.run.train import Worker
 
 
 def run(cfg: RunConfig) -> None:

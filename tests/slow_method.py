@@ -14,7 +14,7 @@ from torch import nn
 from baselines.ddp import DDP
 from suite.extensions import Reproduction
 from suite.params import Param
-from suite.strategy import Context
+from suite.run.strategy import Context
 
 
 class SlowDDP(DDP):

@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from suite import launch
 from suite.config import RunConfig
 from suite.meters.memory import MemoryMeter, allocator_is_default, allocator_settings
+from suite.run import launch
 
 
 def test_malloc_tunings_in_the_environment_are_not_default():
@@ -63,10 +63,10 @@ def test_each_launch_gives_its_workers_their_share_of_the_cores(monkeypatch, tmp
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     os.environ.pop("OMP_NUM_THREADS", None)
     for nproc in (1, 2, 4):
-        launch.start_workers(nproc, f"threads{nproc}", 0, "suite.worker", tmp_path / "spec.json")
+        launch.start_workers(nproc, f"threads{nproc}", 0, "suite.run.worker", tmp_path / "spec.json")
     assert seen == ["2", "1", "1"] and "OMP_NUM_THREADS" not in os.environ
     os.environ["OMP_NUM_THREADS"] = "3"
-    launch.start_workers(4, "mine", 0, "suite.worker", tmp_path / "spec.json")
+    launch.start_workers(4, "mine", 0, "suite.run.worker", tmp_path / "spec.json")
     assert seen[-1] == "3" and os.environ["OMP_NUM_THREADS"] == "3"
 
 

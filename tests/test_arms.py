@@ -7,8 +7,8 @@ import json
 import pytest
 
 from suite.arms import arm_config, arm_key, arm_of, differences
-from suite.claims import ClaimsError
-from suite.verdicts import claim_frame, evaluate
+from suite.judge.claims import ClaimsError
+from suite.judge.verdicts import claim_frame, evaluate
 from tests.report_fixtures import make_record
 from tests.test_claims import claim, frame, quality_claim, rows
 

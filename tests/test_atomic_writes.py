@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from suite.atomic import atomic_folder, atomic_write, publish_folder, save_figure, temporary_folder, write_text
-from suite.evals.checkpoint import load_checkpoint
+from suite.evals.model_file import load_checkpoint
 from suite.records import RecordError, load_records, read_record
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +45,7 @@ def _writers(out: Path, fixtures: Path) -> dict:
     import matplotlib.pyplot as plt
     import torch.distributed.checkpoint as dcp
 
-    from suite.evals.checkpoint import save_checkpoint
+    from suite.evals.model_file import save_checkpoint
     from suite.models import build_model
     from suite.records import write_record
     from suite.report import build_report
@@ -336,7 +336,7 @@ def test_the_checks_see_truncated_files(tmp_path):
     """check_complete is not blind: each kind of file cut short, or two versions mixed, is reported."""
     import torch.distributed.checkpoint as dcp
 
-    from suite.evals.checkpoint import save_checkpoint
+    from suite.evals.model_file import save_checkpoint
     from suite.models import build_model
     from tests.report_fixtures import make_record, write_records
 

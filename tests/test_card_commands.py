@@ -17,14 +17,14 @@ import torch
 
 from reproductions.flash_io.micro import BACKENDS
 from suite import config, models
-from suite.claims import Claim, claims_for
 from suite.data import default_data_for
 from suite.extensions import get_reproduction, reproductions
-from suite.metrics import one_arm, side
-from suite.optim import get_spec, split_variant
+from suite.judge.claims import Claim, claims_for
+from suite.judge.metrics import one_arm, side
 from suite.params import resolved
-from suite.plans import Plan, load_plan
-from suite.strategy import get_strategy
+from suite.plan.plans import Plan, load_plan
+from suite.run.optim import get_spec, split_variant
+from suite.run.strategy import get_strategy
 
 # the packages export their plan functions as `plan`
 flash_io_plan = importlib.import_module("reproductions.flash_io.plan")
@@ -59,7 +59,7 @@ def planned_row(cfg: config.RunConfig) -> dict:
         world_size=cfg.nproc,
         protocol=_protocol(cfg),
         data=cfg.data or default_data_for(models.kind_of(cfg.model)),
-        budget=cfg.tokens or cfg.flops or cfg.time_s,  # as suite/protocols.py records it (a target run: none)
+        budget=cfg.tokens or cfg.flops or cfg.time_s,  # as suite/run/protocols.py records it (a target run: none)
     )
     return {
         "reproduction": cfg.reproduction,
@@ -130,8 +130,8 @@ CPU_PRESETS = [
 )
 def test_every_card_reads_one_arm_per_side_in_each_cpu_preset(name, card, preset):
     """A side that matches two arms of one setting is a ClaimsError that takes the reproduction's verdicts with
-    it (suite/metrics.py one_arm): with two budgets in the quality preset, every card must name its own."""
-    # measured runs only: estimates are another kind of evidence, never pooled with them (suite/verdicts.py)
+    it (suite/judge/metrics.py one_arm): with two budgets in the quality preset, every card must name its own."""
+    # measured runs only: estimates are another kind of evidence, never pooled with them (suite/judge/verdicts.py)
     df = pd.DataFrame([planned_row(c) for c in load_plan(name, preset).runs])
     df = df[df["reproduction"] == name]  # a plan may file runs elsewhere (dion's sweep): verdicts never read them
     for baseline, protocol in ((False, card.protocol), (True, card.baseline_protocol or card.protocol)):
@@ -168,7 +168,7 @@ def _every_cpu_preset(name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
 READS_OTHER_PRESETS = {
     "sdp-resnet18-cifar": (
         "requires cuda: the smoke preset's 10-step ResNet-18 runs on CPU (embedded digits, memory only) never decide "
-        "it, since CPU runs decide only where the records meet the card's `requires` (suite/verdicts.py)"
+        "it, since CPU runs decide only where the records meet the card's `requires` (suite/judge/verdicts.py)"
     ),
 }
 RUN_CARDS = [(name, card) for name, card in CARDS if not card.metric["name"].startswith("micro")]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.checkpoint import CheckpointError, newest_intact, verify, write_checksums
+from suite.run.checkpoint import CheckpointError, newest_intact, verify, write_checksums
 
 
 def _checkpoint(folder: Path, step: int) -> Path:

@@ -13,11 +13,11 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from suite import claims as claims_module
-from suite import verdicts as verdicts_module
-from suite.claims import ClaimsError, load_claims
+from suite.judge import claims as claims_module
+from suite.judge import verdicts as verdicts_module
+from suite.judge.claims import ClaimsError, load_claims
+from suite.judge.verdicts import claim_frame, evaluate
 from suite.report.glance import brief
-from suite.verdicts import claim_frame, evaluate
 from tests.report_fixtures import SDP_CLAIMS_YAML, make_record, toy_reproduction
 
 
@@ -590,7 +590,7 @@ def _estimator_check(check: str):
 
 def _strings(node, loops: dict, names: dict) -> set[str]:
     """The strings an expression of a check's source stands for: a literal, a loop variable over a tuple of literals,
-    or over a module-level mapping or sequence (e.g. suite.compare.CARD_FIELDS)."""
+    or over a module-level mapping or sequence (e.g. suite.estimate.beside.CARD_FIELDS)."""
     import ast
 
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
@@ -605,8 +605,8 @@ def _strings(node, loops: dict, names: dict) -> set[str]:
 
 
 def _check_reads(function) -> tuple[set[str], set[str], dict[str, str]]:
-    """What a check's source does: the functions it calls, the summary fields it hands to suite.compare.judging, and
-    the RunConfig keywords it fixes to a literal (method, precision, ...)."""
+    """What a check's source does: the functions it calls, the summary fields it hands to
+    suite.estimate.beside.judging, and the RunConfig keywords it fixes to a literal (method, precision, ...)."""
     import ast
     import inspect
     import textwrap
@@ -634,8 +634,8 @@ def _check_reads(function) -> tuple[set[str], set[str], dict[str, str]]:
 
 def estimate_wrong_in(record: dict, field: str) -> dict:
     """A copy of `record` as an estimate wrong in the summary `field` alone: twice the record's value there, every
-    other field a card may read from an estimate (suite.compare.CARD_FIELDS) unchanged."""
-    from suite.compare import CARD_FIELDS
+    other field a card may read from an estimate (suite.estimate.beside.CARD_FIELDS) unchanged."""
+    from suite.estimate.beside import CARD_FIELDS
     from suite.records import summary_row
 
     off = json.loads(json.dumps(record))  # no list shared between ranks (make_record shares one ops list)
@@ -681,7 +681,7 @@ def _deciding_estimates(reproduction: str, claim) -> set[tuple]:
     """(method, ac, precision) of the estimates the card's plan makes for either side of it, at the card's model."""
     import re
 
-    from suite.plans import load_plan
+    from suite.plan.plans import load_plan
 
     preset = re.search(r"--preset (\S+)", claim.command)
     metric = claim.metric
@@ -706,14 +706,14 @@ UNCHECKED_ESTIMATES = {
 
 def test_every_estimator_check_runs_the_cards_compositions_and_judges_its_field():
     """An estimate decides a card only where its named check compares an estimate with a measured run, judges the
-    very field the card reads (suite.compare.judging over compare's rows, with a tolerance) and runs every
+    very field the card reads (suite.estimate.beside.judging over compare's rows, with a tolerance) and runs every
     composition of the estimates that decide the card. Before (issue 25 item 17), this test only looked for the
     name in the file's text: a check that judged no peak, or ran another method, passed. The rows that judge the
     field must be rows of that field: an estimate wrong in it alone fails them (issue 41 item 11: both byte fields
     were judged by the payload rows, so a check that never compared wire bytes authorised a wire-bytes card)."""
     from pathlib import Path
 
-    from suite.compare import compare, judging
+    from suite.estimate.beside import compare, judging
 
     root = Path(__file__).resolve().parents[1]
     rec = make_record("ddp", 0)
@@ -732,9 +732,9 @@ def test_every_estimator_check_runs_the_cards_compositions_and_judges_its_field(
             assert calls & {"measure_beside", "run", "launch_runs"}, f"{where}, which measures no run"
             field = c.metric["field"]
             assert field in fields, f"{where}, which judges {sorted(fields)}, not the card's {field}"
-            assert judging(field, rows), f"{where}: suite.compare judges nothing of {field}"
+            assert judging(field, rows), f"{where}: suite.estimate.beside judges nothing of {field}"
             wrong = [r for r in judging(field, compare(estimate_wrong_in(rec, field), rec)) if r.ok is False]
-            assert wrong, f"{where}: suite.compare's rows for {field} pass an estimate wrong in {field} alone"
+            assert wrong, f"{where}: suite.estimate.beside's rows for {field} pass an estimate wrong in {field} alone"
             covered = _compositions(function, fixed)
             for composition in _deciding_estimates(path.parent.name.replace("_", "-"), c) - covered:
                 unchecked.add((c.id, composition))

@@ -19,8 +19,8 @@ import pytest
 from benchmarks import gpu_check
 from suite import cli
 from suite.cli import main, plan_runs
+from suite.judge.verdicts import verdict_rows
 from suite.records import load_records
-from suite.verdicts import verdict_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORTS = sorted(p.name for p in (ROOT / "reports").iterdir() if p.is_dir())

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from suite import verdicts
+from suite.judge import verdicts
 from suite.records import load_records
 
 ROOT = Path(__file__).resolve().parent.parent

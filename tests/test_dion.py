@@ -11,7 +11,7 @@ from torch import nn
 from reproductions.dion.dion import Dion, orthonormalize, rank_of
 from reproductions.dion.spec import DION
 from suite.config import RunConfig
-from suite.optim import split_variant
+from suite.run.optim import split_variant
 from tests.conftest import run_cli
 
 

@@ -28,10 +28,10 @@ from reproductions.dion.plan import (
     plan,
     smoke_wall_s,
 )
-from suite.claims import load_claims
 from suite.config import RunConfig
-from suite.plans import load_plan
-from suite.sweeps import sweep_winners
+from suite.judge.claims import load_claims
+from suite.judge.sweeps import sweep_winners
+from suite.plan.plans import load_plan
 
 RESULTS = Path(__file__).parents[1] / "results" / "dion-smoke"
 TUNED = Path(__file__).parents[1] / "results" / "dion-tune"
@@ -146,8 +146,8 @@ def test_one_rate_rule_for_the_adamw_part_of_every_arm_a_loss_card_compares(monk
     import pandas as pd
     import torch
 
-    from suite.claims import claims_for
-    from suite.metrics import side
+    from suite.judge.claims import claims_for
+    from suite.judge.metrics import side
     from tests.test_card_commands import planned_row
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)  # the target preset plans on 8 GPUs
@@ -204,7 +204,7 @@ def test_picked_rates_are_the_committed_sweeps_winners_inside_their_grids():
 
 @pytest.mark.skipif(not TUNED.is_dir(), reason="no committed tune results")
 def test_tuned_rates_are_the_committed_tunes_winners_inside_their_grids():
-    """suite.sweeps' rule (equal trials, one seed, no winner at an edge) picks LR_TUNED from results/dion-tune."""
+    """suite.judge.sweeps' rule (equal trials, one seed, no winner at an edge) picks LR_TUNED from results/dion-tune."""
     winners = sweep_winners(TUNED, TUNE_SWEEP)
     assert {w.label.split()[1]: w.lr for w in winners.values()} == LR_TUNED
     assert {w.label.split()[1]: w.grid for w in winners.values()} == TUNE_GRID

@@ -9,16 +9,15 @@ import pytest
 import torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
-import suite.estimate
 import suite.estimate.rank
+import suite.estimate.scale
 from suite import models
 from suite.cli import main
-from suite.compare import compare, format_comparison
 from suite.config import RunConfig
-from suite.estimate import estimate, sampled_ranks
-from suite.estimate.compare import measured_config
+from suite.estimate.beside import compare, format_comparison, measured_config
+from suite.estimate.scale import estimate, sampled_ranks
 from suite.meters.flops import transformer_step_flops
-from suite.multirun import launch_runs
+from suite.plan.multirun import launch_runs
 from suite.records import read_record, validate, write_record
 from tests.peaks import fsdp_tracked
 
@@ -172,7 +171,7 @@ def test_a_class_whose_check_fails_steps_every_rank(estimates, monkeypatch):
 def test_ranks_stepped_in_parallel_processes_give_the_sequential_numbers(monkeypatch):
     cfg = RunConfig(method="b-sdp", model="llama-tiny", nproc=3, variant={"C": 0.5}, **SMALL)
     parallel = estimate(cfg, ranks="all", processes=2)
-    monkeypatch.setattr(suite.estimate.os, "cpu_count", lambda: 1)
+    monkeypatch.setattr(suite.estimate.scale.os, "cpu_count", lambda: 1)
     sequential = estimate(cfg, ranks="all")
     assert parallel["estimate"]["estimated_ranks"] == [0, 1, 2]
     for key in ("memory", "comm", "totals"):
@@ -221,7 +220,7 @@ MEASURED = [
 @pytest.fixture(scope="module")
 def estimated_and_measured(tmp_path_factory) -> dict[tuple, tuple[dict, dict]]:
     """Each case's estimate and the record of its measured run (what measure_beside runs). The measured runs share
-    one launch per world size (suite/multirun.py), as a plan's measured runs do: on 2 cores a launch is mostly the
+    one launch per world size (suite/plan/multirun.py), as a plan's measured runs do: on 2 cores a launch is mostly the
     start-up of its workers, and tests/test_multirun.py checks that a run of a shared launch records what a launch
     of its own does (losses, bytes, counts, FLOPs, memory categories and peak)."""
     folder = tmp_path_factory.mktemp("measured")

@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from suite.data import load_data
-from suite.evals.checkpoint import load_checkpoint
-from suite.strategy import methods
+from suite.evals.model_file import load_checkpoint
+from suite.run.strategy import methods
 
 # 3 to 6 steps, evaluated every 2 and at the end on 2 batches of 8 sequences (conftest.TINY); meters off: only the
 # losses are read here

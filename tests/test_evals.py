@@ -30,13 +30,13 @@ from suite.config import RunConfig
 from suite.data import load_data
 from suite.data.text import topic_split
 from suite.evals import add_evaluate_command, check_evals, cmd_evaluate, harness, run_evals
-from suite.evals.checkpoint import full_state, load_checkpoint, plain_model, save_checkpoint
 from suite.evals.lm import NEWLINE, ByteLM
+from suite.evals.model_file import full_state, load_checkpoint, plain_model, save_checkpoint
 from suite.evals.tasks import N_CHOICES, SPAN_CHARS, build_local_tasks, next_span_docs, task_config
 from suite.evals.vision import image_accuracy
 from suite.models import build_model
-from suite.recorder import new_record
 from suite.records import read_record, write_record
+from suite.run.recorder import new_record
 
 ROOT = Path(__file__).resolve().parent.parent
 # A smaller LLaMA than llama-tiny: the gap between trained and untrained shows after TRAIN_STEPS.

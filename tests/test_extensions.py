@@ -30,11 +30,11 @@ TOY = textwrap.dedent(
     from suite.config import RunConfig, command_line
     from suite.extensions import Reproduction
     from suite.meters.base import Meter
-    from suite.micro import Microbench
-    from suite.optim import OptimizerSpec
+    from suite.plan.micro import Microbench
+    from suite.run.optim import OptimizerSpec
     from suite.params import Param
-    from suite.pairs import Config, Pair
-    from suite.plans import Plan
+    from suite.plan.pairs import Config, Pair
+    from suite.plan.plans import Plan
 
 
     class ToyDDP(DDP):

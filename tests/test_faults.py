@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from suite.checkpoint import CheckpointError, _SafeReader, read_loop
 from suite.cli import main
 from suite.records import read_record
+from suite.run.checkpoint import CheckpointError, _SafeReader, read_loop
 from tests.conftest import ROOT, run_cli
 
 # 8 steps of 2 x 32-token sequences per worker, a checkpoint every 3 steps. Without the meters: these tests check

@@ -9,8 +9,8 @@ from reproductions.fl_fsdp.formulas import ring_bytes
 from reproductions.fl_fsdp.mesh import INTER, INTRA, Shape, shape_of
 from reproductions.fl_fsdp.projection import formula, repriced, wire_per_tier
 from suite.config import RunConfig
-from suite.estimate import estimate
-from suite.strategy import get_strategy
+from suite.estimate.scale import estimate
+from suite.run.strategy import get_strategy
 
 
 def strategy(method: str, **variant):

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from reproductions.fl_fsdp.plan import PAPER_ARMS, PAPER_WORKERS, SMOKE_STEPS, SMOKE_WORKERS, F, smoke_wall_s
-from suite.claims import claims_for
-from suite.plans import load_plan
-from suite.sweeps import sweep_winners
+from suite.judge.claims import claims_for
+from suite.judge.sweeps import sweep_winners
+from suite.plan.plans import load_plan
 
 fl_plan = importlib.import_module("reproductions.fl_fsdp.plan")  # the package's `plan` is the function
 TUNED = Path(__file__).parents[1] / "results" / "fl-fsdp-tune"

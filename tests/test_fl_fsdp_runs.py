@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from reproductions.fl_fsdp.mesh import INTER, INTRA
-from suite.strategy import methods
+from suite.run.strategy import methods
 from tests.conftest import SharedRuns
 
 pytestmark = pytest.mark.slow
@@ -141,13 +141,13 @@ PRECISIONS = ["fp32", "bf16"]  # the cards' estimates are bf16 (issue 25)
 @pytest.fixture(scope="module")
 def estimated_and_measured(tmp_path_factory) -> dict[str, tuple[dict, dict]]:
     """Each precision's estimate of FL+FSDP (2 groups of 2, a whole period F = 2) and the record of its measured run
-    (what measure_beside runs). The two measured runs share one launch (suite/multirun.py), as a plan's measured
+    (what measure_beside runs). The two measured runs share one launch (suite/plan/multirun.py), as a plan's measured
     runs do: on 2 cores a launch is mostly the start-up of its workers, and tests/test_multirun.py checks that a run
     of a shared launch records what a launch of its own does (losses, bytes, counts, FLOPs, memory)."""
     from suite.config import RunConfig
-    from suite.estimate import estimate
-    from suite.estimate.compare import measured_config
-    from suite.multirun import launch_runs
+    from suite.estimate.beside import measured_config
+    from suite.estimate.scale import estimate
+    from suite.plan.multirun import launch_runs
     from suite.records import read_record
 
     folder = tmp_path_factory.mktemp("estimator-check")
@@ -169,7 +169,7 @@ def test_estimate_equals_the_measured_run(estimated_and_measured, precision):
     bytes, calls, FLOPs and model state (taken with the gradients alive) of FL+FSDP (2 groups of 2, a whole
     period F = 2) equal a measured run's. The split of the peak into gradients and activations is not judged:
     in the measured run it moved between the two from one launch to the next (which step of the period peaks)."""
-    from suite.compare import compare, format_comparison, judging
+    from suite.estimate.beside import compare, format_comparison, judging
 
     estimated, measured = estimated_and_measured[precision]
     assert measured["status"] == "complete", f"the measured run ended {measured['status']}: {measured.get('error')}"

@@ -27,11 +27,11 @@ from reproductions.flash_io.micro import (
 )
 from suite.config import RunConfig
 from suite.meters.flops import FlopMeter
-from suite.micro import Microbench, micro_record
 from suite.models import build_model
-from suite.plans import load_plan
+from suite.plan.micro import Microbench, micro_record
+from suite.plan.plans import load_plan
+from suite.plan.reproduce import run_micro
 from suite.records import read_record
-from suite.reproduce import run_micro
 
 
 def _counted(backend, causal, backward, shape=(2, 3, 48, 16)):

@@ -8,13 +8,13 @@ import pytest
 
 from reproductions.flash_io import report
 from reproductions.flash_io.count import A100_M, block_sizes, count_io, sram_peak
-from suite.claims import load_claims
-from suite.metrics import METRICS
-from suite.micro import Microbench, micro_record
+from suite.judge.claims import load_claims
+from suite.judge.metrics import METRICS
+from suite.judge.verdicts import claim_frame, judge_all
+from suite.plan.micro import Microbench, micro_record
 from suite.records import load_records, write_record
 from suite.report import glance
 from suite.report.pages import Reproduction, claim_rows
-from suite.verdicts import claim_frame, judge_all
 
 CLAIMS = Path(report.__file__).with_name("claims.yaml")
 

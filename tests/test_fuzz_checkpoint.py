@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from suite.cli import main
-from suite.evals.checkpoint import FORMAT, load_checkpoint, save_checkpoint
+from suite.evals.model_file import FORMAT, load_checkpoint, save_checkpoint
 from suite.models import build_model
 
 MODEL, CONFIG = (

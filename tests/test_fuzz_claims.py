@@ -15,8 +15,8 @@ import yaml
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from suite.claims import ClaimsError, load_claims
 from suite.extensions import reproductions
+from suite.judge.claims import ClaimsError, load_claims
 
 ROOT = Path(__file__).resolve().parent.parent
 FUZZ = settings(max_examples=120, deadline=None)

@@ -27,9 +27,9 @@ from hypothesis import strategies as st
 
 from suite import cli
 from suite.config import FIELDS
-from suite.evals.checkpoint import save_checkpoint
+from suite.evals.model_file import save_checkpoint
 from suite.models import MODELS, build_model
-from suite.strategy import methods
+from suite.run.strategy import methods
 from tests.report_fixtures import make_record, write_records
 
 
@@ -175,18 +175,18 @@ def _run(argv: list[str]) -> tuple[str, str, str]:
 @pytest.fixture
 def guarded(monkeypatch):
     """Every way a command starts work, stubbed; the working folder a scratch one; the Hub offline."""
-    import suite.estimate
+    import suite.estimate.scale
     import suite.evals.harness
     import suite.evals.vision
-    import suite.launch
-    import suite.reproduce
-    import suite.train
+    import suite.plan.reproduce
+    import suite.run.launch
+    import suite.run.train
 
-    monkeypatch.setattr(suite.launch, "launch", _launch)
-    monkeypatch.setattr(suite.train, "train", _stop)
-    monkeypatch.setattr(suite.reproduce, "run_plan", _stop)
-    monkeypatch.setattr(suite.reproduce, "run_micro", _stop)
-    monkeypatch.setattr(suite.estimate, "estimate", _stop)
+    monkeypatch.setattr(suite.run.launch, "launch", _launch)
+    monkeypatch.setattr(suite.run.train, "train", _stop)
+    monkeypatch.setattr(suite.plan.reproduce, "run_plan", _stop)
+    monkeypatch.setattr(suite.plan.reproduce, "run_micro", _stop)
+    monkeypatch.setattr(suite.estimate.scale, "estimate", _stop)
     monkeypatch.setattr(suite.evals.harness, "run_evals", _stop)
     monkeypatch.setattr(suite.evals.vision, "image_accuracy", _stop)
     monkeypatch.setattr(subprocess.Popen, "__init__", _stop)  # sbatch, torchrun, anything else

@@ -12,7 +12,7 @@ import pytest
 from benchmarks import gpu_check
 from suite.cli import parser
 from suite.config import RunConfig
-from suite.plans import Plan
+from suite.plan.plans import Plan
 
 RESULTS = Path("results/gpu")
 
@@ -92,7 +92,9 @@ def test_one_seed_and_no_sweeps(monkeypatch, tmp_path):
         for s in (0, 1, 2)
         for r in ("sdp", "sdp-sweep")
     ]
-    monkeypatch.setattr("suite.plans.load_plan", lambda name, preset: Plan(preset, runs, protocol="tokens", name=name))
+    monkeypatch.setattr(
+        "suite.plan.plans.load_plan", lambda name, preset: Plan(preset, runs, protocol="tokens", name=name)
+    )
     commands = gpu_check.run_commands("sdp", tmp_path)
     assert len(commands) == 1
     args = parser().parse_args(suite_argv(commands[0]))

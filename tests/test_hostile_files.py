@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from suite.claims import ClaimsError, load_claims
+from suite.judge.claims import ClaimsError, load_claims
 from suite.records import RecordError, load_records, read_record
 from tests.report_fixtures import make_record, write_records
 

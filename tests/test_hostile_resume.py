@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from suite import faults, reproduce
-from suite.checkpoint import write_checksums
 from suite.cli import main
 from suite.config import RunConfig
-from suite.recorder import failed_record
+from suite.plan import reproduce
 from suite.records import load_records, write_record
+from suite.run import faults
+from suite.run.checkpoint import write_checksums
+from suite.run.recorder import failed_record
 from tests.test_plan_resume import _plan, launched  # noqa: F401  (a fixture)
 
 
@@ -98,7 +99,7 @@ def test_sigterm_of_run_records_the_interruption_without_a_traceback(tmp_path, c
 
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
-    from suite import launch
+    from suite.run import launch
 
     def terminated(cfg):  # as the real launcher does: names the run, then the workers are signalled
         cfg.run_id = "terminated-1"

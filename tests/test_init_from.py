@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from suite.evals.checkpoint import load_checkpoint, load_state, save_checkpoint, trajectory_path
+from suite.evals.model_file import load_checkpoint, load_state, save_checkpoint, trajectory_path
 from suite.models import build_model
 
 SMALL = {"dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 4, "ffn_dim": 192, "max_seq_len": 64}

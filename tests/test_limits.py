@@ -7,8 +7,8 @@ import signal
 
 import pytest
 
-from suite import launch, limits
 from suite.cli import main
+from suite.run import launch, limits
 
 
 def _run(capsys, tmp_path, *flags: str) -> tuple[int, str]:

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from reproductions.merging import aggregation_plan as agg
-from suite.claims import claims_for
 from suite.cli import check_config
-from suite.plans import load_plan
-from suite.sweeps import sweep_winners
+from suite.judge.claims import claims_for
+from suite.judge.sweeps import sweep_winners
+from suite.plan.plans import load_plan
 
 TUNED = Path(__file__).parents[1] / "results" / "merging-aggregation-tune"
 

@@ -21,16 +21,16 @@ from reproductions.merging.plan import (
 )
 from reproductions.merging.plan import TASKS as PLANNED
 from reproductions.merging.step import MERGES, merge_item
-from suite.claims import claims_for
 from suite.cli import check_config
-from suite.evals.checkpoint import save_checkpoint, trajectory_path
-from suite.micro import micro_record
+from suite.evals.model_file import save_checkpoint, trajectory_path
+from suite.judge.claims import claims_for
+from suite.judge.verdicts import claim_frame, judge_all
 from suite.models import build_model
-from suite.optim import lr_schedule
-from suite.plans import load_plan
+from suite.plan.micro import micro_record
+from suite.plan.plans import load_plan
 from suite.records import read_record, write_record
 from suite.report.glance import metric_sides
-from suite.verdicts import claim_frame, judge_all
+from suite.run.optim import lr_schedule
 
 SMALL = {"dim": 32, "n_layers": 1, "n_heads": 2, "n_kv_heads": 2, "ffn_dim": 64, "max_seq_len": 64}
 EVAL = {"n_batches": 1, "batch": 2, "seq_len": 32}

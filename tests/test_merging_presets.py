@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from reproductions.merging.plan import base_path
-from suite.claims import claims_for
 from suite.errors import ClaimsError
-from suite.metrics import METRICS
-from suite.micro import Microbench, micro_record
+from suite.judge.claims import claims_for
+from suite.judge.metrics import METRICS
+from suite.judge.verdicts import claim_frame, judge_all
+from suite.plan.micro import Microbench, micro_record
 from suite.records import read_record, write_record
-from suite.verdicts import claim_frame, judge_all
 
 # the card's own preset is quality (its command), and smoke's records are the newer: the newest is the wrong one
 SCORES = {

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from baselines import fp8
 from baselines.pp import stage_bounds
 from suite.config import RunConfig
-from suite.strategy import get_strategy
+from suite.run.strategy import get_strategy
 
 from .conftest import run_cli
 

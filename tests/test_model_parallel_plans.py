@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from reproductions.sdp.metrics import global_batch_setting, ratio_global_batch
-from suite.claims import claims_for
-from suite.plans import load_plan
+from suite.judge.claims import claims_for
+from suite.plan.plans import load_plan
 
 # data-parallel replicas of each method on its world size (TP, PP and CP ranks are one replica)
 REPLICAS = {"ddp": 2, "zero1": 2, "tp": 1, "pp": 1, "cp": 1, "ep": 2, "fsdp-tp": 2, "pp-fsdp": 2}

@@ -1,4 +1,4 @@
-"""Runs sharing a launch (suite/multirun.py) make the records separate launches make: the same losses, bytes,
+"""Runs sharing a launch (suite/plan/multirun.py) make the records separate launches make: the same losses, bytes,
 counts, FLOPs and memory categories, for the second run of a worker process as for the first; a run that fails
 in a shared launch is recorded failed and the runs after it still run."""
 
@@ -9,10 +9,10 @@ import dataclasses
 import pytest
 
 from suite.config import RunConfig
-from suite.launch import launch
 from suite.meters.memory import CATEGORIES
-from suite.multirun import launch_runs, shares_launch
+from suite.plan.multirun import launch_runs, shares_launch
 from suite.records import read_record
+from suite.run.launch import launch
 from tests.peaks import exact_memory, peaks_agree
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ from torch import nn
 from baselines.muon import MUON, Muon, adjusted_lr, matrix_groups, newton_schulz5
 from suite.config import RunConfig
 from suite.models import build_model
-from suite.optim import split_variant
+from suite.run.optim import split_variant
 
 
 def _with_spectrum(rows: int, cols: int, spectrum: torch.Tensor, gen: torch.Generator) -> torch.Tensor:

@@ -101,7 +101,7 @@ def _statuses(results: Path) -> dict[str, list[str]]:
 def test_a_plan_that_fails_then_resumes_leaves_no_process_or_port(tmp_path):
     failing = Watched(tmp_path, "smoke", env={"FLAKY_FAIL": "1"})
     assert failing.wait() == 1, failing.output()[-3000:]  # the plan goes on past the failed run, then says so
-    # both runs share one launch of 2 workers (suite/multirun.py), and the micro item runs in the plan itself
+    # both runs share one launch of 2 workers (suite/plan/multirun.py), and the micro item runs in the plan itself
     assert len(failing.seen) >= 2 and failing.ports, "the watch saw no workers"
     assert failing.leaks() == []
     assert _statuses(failing.results) == {"ddp": ["complete"], "test-flaky": ["failed"], "matmul": ["complete"]}

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from suite.claims import load_claims
 from suite.extensions import reproductions
+from suite.judge.claims import load_claims
 from suite.params import Param, parse_params
-from suite.plans import load_plan
+from suite.plan.plans import load_plan
 from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]

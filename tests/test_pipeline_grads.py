@@ -21,7 +21,7 @@ from baselines.pp import VIRTUAL, local_stage_ids, stage_bounds
 from suite import models
 from suite.config import RunConfig
 from suite.meters.comm import CommLedger
-from suite.strategy import Context, get_strategy
+from suite.run.strategy import Context, get_strategy
 
 pytestmark = pytest.mark.slow
 

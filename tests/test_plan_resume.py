@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from suite import reproduce
 from suite.config import RunConfig
-from suite.micro import Microbench
-from suite.plans import Estimate, Plan
-from suite.recorder import failed_record
+from suite.plan import reproduce
+from suite.plan.micro import Microbench
+from suite.plan.plans import Estimate, Plan
 from suite.records import load_records, read_record, write_record
+from suite.run.recorder import failed_record
 
 A100 = "4xA100-nvlink-4x200gbIB"
 
@@ -49,7 +49,7 @@ def launched(monkeypatch) -> FakeLaunch:
         return real_run_one(cfg, existing)
 
     monkeypatch.setattr(reproduce, "launch", fake)
-    # runs that share a launch (suite/multirun.py) go through the same fake, one after the other
+    # runs that share a launch (suite/plan/multirun.py) go through the same fake, one after the other
     monkeypatch.setattr(reproduce, "launch_runs", lambda runs: [fake(cfg) for _, cfg in runs])
     monkeypatch.setattr(reproduce, "_run_one", run_one)
     return fake

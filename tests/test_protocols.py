@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from suite.protocols import Progress, Protocol, from_args
+from suite.run.protocols import Progress, Protocol, from_args
 
 
 @pytest.mark.parametrize(
@@ -55,7 +55,7 @@ def test_cosine_decay_follows_the_budget_spent_and_constant_stays_flat():
     import torch
 
     from suite.config import RunConfig
-    from suite.optim import lr_schedule
+    from suite.run.optim import lr_schedule
 
     spent = {"now": 0.0}
     param = torch.nn.Parameter(torch.zeros(1))

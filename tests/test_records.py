@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from suite.config import RunConfig
-from suite.recorder import new_record
 from suite.records import RecordError, load_records, read_record, to_dataframe, validate, write_record
+from suite.run.recorder import new_record
 
 
 def _record(run_id: str = "r1") -> dict:

@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from suite import verdicts as verdicts_module
-from suite.claims import ClaimsError
+from suite.judge import verdicts as verdicts_module
+from suite.judge.claims import ClaimsError
+from suite.judge.regime import count_words
+from suite.judge.verdicts import SMALL_SCALE, evaluate, judge_all
 from suite.records import load_records
-from suite.regime import count_words
 from suite.report import glance
-from suite.verdicts import SMALL_SCALE, evaluate, judge_all
 from tests.test_claims import RATIO, claim, frame, quality_claim, rows
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,7 +140,7 @@ def test_a_regime_needs_what_would_test_it():
 
 
 def _committed() -> list[tuple[str, object, object, list[dict]]]:
-    from suite.claims import claims_for
+    from suite.judge.claims import claims_for
 
     records, _ = load_records(ROOT / "results")
     by_name: dict[str, list[dict]] = {}

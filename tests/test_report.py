@@ -13,11 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from suite.claims import load_claims
 from suite.cli import plan_runs
+from suite.judge.claims import load_claims
 from suite.records import load_records
 from suite.report import build_report, build_report_for
-from suite.report.arms import arms
+from suite.report.labels import arms
 from tests.report_fixtures import HOSTILE, SDP_CLAIMS_YAML, built_study, make_record
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.compare import config_key
+from suite.estimate.beside import config_key
 from suite.report import build_report_for
 from tests.report_fixtures import make_record
 

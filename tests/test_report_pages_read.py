@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from suite.records import load_records
-from suite.report import arms, figures, frames
+from suite.report import figures, frames, labels
 from suite.report.build import build_report_for
 
 SDP = Path(__file__).resolve().parents[1] / "results" / "sdp-smoke"
@@ -63,16 +63,16 @@ def test_more_arms_than_colours_get_a_line_style_per_optimizer() -> None:
     """dion: 27 measured arms. No colour outside the palette (which keeps clear of the verdict colours), and no
     two arms share both colour and line style."""
     firsts = [fake(o) for o in ["dion"] * 12 + ["adamw"] * 6 + ["muon"] * 6]
-    styles = arms._styles(firsts)
-    assert {colour for colour, _ in styles} <= set(arms.PALETTE)
+    styles = labels._styles(firsts)
+    assert {colour for colour, _ in styles} <= set(labels.PALETTE)
     assert len(set(styles)) == len(styles)
     assert {dash for _, dash in styles[:12]} == {"solid"} and {dash for _, dash in styles[12:18]} == {"dashed"}
 
 
 def test_up_to_fifteen_arms_keep_one_colour_each_all_solid() -> None:
-    styles = arms._styles([fake("dion"), fake("adamw"), fake("dion"), fake("adamw", "estimated")])
-    assert styles == [(arms.PALETTE[0], "solid"), (arms.PALETTE[1], "solid"), (arms.PALETTE[2], "solid")] + [
-        (arms.PALETTE[0], "solid")
+    styles = labels._styles([fake("dion"), fake("adamw"), fake("dion"), fake("adamw", "estimated")])
+    assert styles == [(labels.PALETTE[0], "solid"), (labels.PALETTE[1], "solid"), (labels.PALETTE[2], "solid")] + [
+        (labels.PALETTE[0], "solid")
     ]
 
 

@@ -15,8 +15,8 @@ from matplotlib.colors import to_rgb
 from benchmarks.gate import TOLERANCE
 from suite.records import load_records
 from suite.report import build_report_for, build_site, frames
-from suite.report.arms import PALETTE
 from suite.report.glance import COLOURS, SHOWN
+from suite.report.labels import PALETTE
 from suite.report.tables import fmt_bytes
 from tests.report_fixtures import built_study, make_record, study, write_records
 from tests.test_report import Page

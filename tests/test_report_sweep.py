@@ -1,5 +1,5 @@
 """The learning-rate sweep's figure (suite/report/frames.lr_sweep, figures.lr_sweep): every swept arm's final loss at
-every rate, its winner by suite.sweeps' rule, and the rule's refusal where a winner sits at the grid's edge. Read
+every rate, its winner by suite.judge.sweeps' rule, and the rule's refusal where a winner sits at the grid's edge. Read
 from the committed tune of fl-fsdp (4 arms x 5 rates, seed 0)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from suite.records import load_records
-from suite.report import arms as armlib
+from suite.report import labels as armlib
 from suite.report import figures, frames
 
 TUNE = Path(__file__).parents[1] / "results" / "fl-fsdp-tune"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from suite import reproduce
-from suite.claims import load_claims
+from suite.judge.claims import load_claims
+from suite.plan import reproduce
 from tests.report_fixtures import SDP_CLAIMS_YAML, make_record
 
 LONG = {"C": 0.5, "K": 4, "aggregation": "groups", "fsdp": "worker+ac+bf16"}  # one value each: labels leave them out

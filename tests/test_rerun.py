@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.compare import compare, format_comparison
+from suite.estimate.beside import compare, format_comparison
 from suite.records import load_records, read_record, summary_row
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -2,22 +2,21 @@
 bytes by the formula, one-line errors, and the estimate beside a measured run.
 
 The multi-process tests launch real gloo runs (marked slow); llama-tiny, micro_batch 4, three steps. The runs share
-launches (suite/multirun.py): one per world size for the tests' runs, one per world size for the estimator check's.
+launches (suite/plan/multirun.py): one per world size for the tests' runs, one per world size for the estimator check's.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from suite.claims import claims_for
-from suite.compare import CARD_FIELDS, compare, format_comparison, judging
 from suite.config import RunConfig
-from suite.estimate import estimate
-from suite.estimate.compare import measured_config
-from suite.multirun import launch_runs
-from suite.plans import load_plan
+from suite.estimate.beside import CARD_FIELDS, compare, format_comparison, judging, measured_config
+from suite.estimate.scale import estimate
+from suite.judge.claims import claims_for
+from suite.plan.multirun import launch_runs
+from suite.plan.plans import load_plan
 from suite.records import read_record
-from suite.strategy import get_strategy
+from suite.run.strategy import get_strategy
 from tests.conftest import SharedRuns
 
 
@@ -262,7 +261,7 @@ def _config(method: str, params: tuple, ac: bool, precision: str) -> RunConfig:
 @pytest.fixture(scope="module")
 def estimated_and_measured(tmp_path_factory) -> dict[tuple, tuple[dict, dict]]:
     """Each composition's estimate and the record of its measured run (what measure_beside runs). The measured runs
-    share one launch per world size (suite/multirun.py), as a plan's measured runs do: on 2 cores a launch is
+    share one launch per world size (suite/plan/multirun.py), as a plan's measured runs do: on 2 cores a launch is
     mostly the start-up of its workers, and tests/test_multirun.py checks that a run of a shared launch records
     what a launch of its own does (losses, bytes, counts, FLOPs, memory categories and peak)."""
     folder = tmp_path_factory.mktemp("estimator-check")
@@ -289,7 +288,7 @@ def test_estimate_equals_the_measured_run(estimated_and_measured, method, params
     AC, precision, from the smoke and calibrate presets) on llama-tiny, C = 0.75 (its 4 blocks), micro-batch 1 of 64
     tokens, no accumulation, on 2 ranks (4 for G = 2; TP at degree 2), on CPU: an estimate on fake tensors beside a
     measured gloo run of as many steps. What it asserts: on every rank, the rows that judge each field an estimate
-    may decide (suite.compare.CARD_FIELDS) agree: the peak within 5% (and it is judged on every rank), the model
+    may decide (suite.estimate.beside.CARD_FIELDS) agree: the peak within 5% (and it is judged on every rank), the model
     state exactly, and every collective's call count, payload and ring wire bytes per (op, group) exactly.
 
     What it does not run: the cards' models (llama-500m, llama-1b), 8 ranks, their C (0.69, 0.5), micro-batches

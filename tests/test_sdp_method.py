@@ -15,7 +15,7 @@ from reproductions.sdp.masks import assign
 from reproductions.sdp.method import SHARED, component_of_params, count_blocks, drop_blocks, freeze_blocks
 from suite.config import RunConfig
 from suite.models import blocks_of, build_model
-from suite.strategy import get_strategy
+from suite.run.strategy import get_strategy
 from tests.conftest import SharedRuns
 
 SMALL = ["--set", "micro_batch=4", "--tokens", "6144"]  # 3 steps at 4 ranks, 6 at 2

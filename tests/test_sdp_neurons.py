@@ -23,8 +23,8 @@ from suite.config import RunConfig
 from suite.meters.memory import MemoryMeter
 from suite.models import build_model, num_params
 from suite.records import read_record
-from suite.strategy import get_strategy
-from suite.train import Worker
+from suite.run.strategy import get_strategy
+from suite.run.train import Worker
 from tests.conftest import run_cli
 from tests.test_sdp_method import aggregation_bytes, losses
 

@@ -14,12 +14,12 @@ import torch
 
 from reproductions.sdp.masks import assign
 from reproductions.sdp.method import count_blocks
-from suite.claims import claims_for
 from suite.config import RunConfig
+from suite.judge.claims import claims_for
+from suite.judge.metrics import _arm
+from suite.judge.sweeps import sweep_winners
 from suite.meters.flops import FlopMeter
-from suite.metrics import _arm
 from suite.models import build_model
-from suite.sweeps import sweep_winners
 
 sdp_plan = importlib.import_module("reproductions.sdp.plan")  # the package exports its plan function as `plan`
 TUNED = Path(__file__).parents[1] / "results" / "sdp-tune"
@@ -135,7 +135,7 @@ def test_calibration_sweeps_both_baselines_and_places_the_method_where_they_fit(
 
 
 def test_an_unknown_preset_names_the_known_ones():
-    from suite.plans import load_plan
+    from suite.plan.plans import load_plan
 
     with pytest.raises(ValueError, match="has no preset 'huge'"):
         load_plan("sdp", "huge")
@@ -193,7 +193,7 @@ def test_backward_masking_gets_forward_maskings_flops_in_the_masking_preset():
     """sdp-backward-masking-sparse-cpu-flops: bb-sdp's budget is b-sdp's FLOPs at equal tokens, half a step short. The
     per-step count of the truncated model (the shared parts and the held blocks) equals what the committed b-sdp
     runs counted a step with every worker's FLOP meter."""
-    from suite.plans import load_plan
+    from suite.plan.plans import load_plan
 
     by_budget = {(r.method, "flops" if r.flops else "tokens"): r for r in load_plan("sdp", "masking").runs}
     equal, matched = by_budget["b-sdp", "tokens"], by_budget["bb-sdp", "flops"]

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from suite import models
 from suite.config import RunConfig
 from suite.meters.comm import CommLedger
-from suite.strategy import Context, get_strategy
+from suite.run.strategy import Context, get_strategy
 
 pytestmark = pytest.mark.slow
 

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from suite.cli import main
 from suite.config import RunConfig
-from suite.recorder import new_record
 from suite.records import read_record, validate
+from suite.run.recorder import new_record
 from suite.sim import PRESETS, Tier, Topology, format_projection, get_topology, project, simulated_record
 from suite.sim.collectives import cost
 from suite.sim.loopback import fit_tier

@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from suite import slurm
 from suite.cli import main
 from suite.config import RunConfig
 from suite.errors import UsageError
-from suite.plans import load_plan
-from suite.recorder import REPOSITORY, failed_record
+from suite.plan import slurm
+from suite.plan.plans import load_plan
+from suite.plan.reproduce import config_key, plan_run
 from suite.records import load_records, write_record
-from suite.reproduce import config_key, plan_run
+from suite.run.recorder import REPOSITORY, failed_record
 from tests.conftest import run_cli
 
 STAND_IN = Path(__file__).with_name("stand_in")

@@ -1,4 +1,4 @@
-"""Issue 26 item 3: each arm's learning rate picked from a sweep by AlgoPerf's rule (suite/sweeps.py). The winner
+"""Issue 26 item 3: each arm's learning rate picked from a sweep by AlgoPerf's rule (suite/judge/sweeps.py). The winner
 is the rate of the lowest final validation loss, a diverged run losing; a winner at the grid's edge, unequal trial
 counts, an unfinished run or a second seed is refused with the fix."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.sweeps import pick_winners, sweep_winners
+from suite.judge.sweeps import pick_winners, sweep_winners
 from tests.report_fixtures import make_record, write_records
 
 SWEEP = "toy-lr-sweep"

@@ -1,5 +1,5 @@
-"""Time to target (suite/targets.py): the crossing of a validation curve with the baseline's largest final loss, the
-`to-target` metric's per-seed ratios, and the reason a verdict gives for seeds that never reach the target."""
+"""Time to target (suite/judge/targets.py): the crossing of a validation curve with the baseline's largest final loss,
+the `to-target` metric's per-seed ratios, and the reason a verdict gives for seeds that never reach the target."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from suite.metrics import RATIOS
-from suite.targets import crossing
-from suite.verdicts import claim_frame, evaluate
+from suite.judge.metrics import RATIOS
+from suite.judge.targets import crossing
+from suite.judge.verdicts import claim_frame, evaluate
 from tests.report_fixtures import make_record
 from tests.test_claims import claim, frame, rows
 
@@ -191,7 +191,7 @@ def test_diverged_runs_are_read_as_never_reaching_the_target():
 
 
 def test_the_new_cards_load_with_their_sides():
-    from suite.claims import claims_for
+    from suite.judge.claims import claims_for
 
     cards = {c.id: c for name in ("sdp", "fl-fsdp", "dion") for c in claims_for(name)}
     for ident in ("sdp-tokens-to-target", "fl-tokens-to-target-fsdp", "dion-tokens-to-target-vs-adamw"):

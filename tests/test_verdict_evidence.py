@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from suite import verdicts as verdicts_module
-from suite.claims import ClaimsError, claims_for, load_claims
-from suite.metrics import METRICS
+from suite.judge import verdicts as verdicts_module
+from suite.judge.claims import ClaimsError, claims_for, load_claims
+from suite.judge.metrics import METRICS
+from suite.judge.verdicts import claim_frame, evaluate, judge_all, verdict_rows
 from suite.records import load_records
 from suite.report import glance
-from suite.verdicts import claim_frame, evaluate, judge_all, verdict_rows
 from tests.report_fixtures import SDP_CLAIMS_YAML, make_record, toy_reproduction, write_records
 from tests.test_claims import RATIO, claim, frame, rows
 

@@ -19,10 +19,10 @@ from torch import nn
 from baselines.ddp import DDP
 from suite.config import RunConfig
 from suite.extensions import Reproduction
-from suite.micro import Microbench
 from suite.params import Param
-from suite.plans import Plan
-from suite.strategy import Context
+from suite.plan.micro import Microbench
+from suite.plan.plans import Plan
+from suite.run.strategy import Context
 
 FAIL_ENV = "FLAKY_FAIL"
 # 2 ranks x 2 sequences x 32 tokens = 128 tokens a step

@@ -12,7 +12,7 @@ from baselines.tp import TensorParallel
 from baselines.zero1 import Zero1
 from reproductions.baselines.plan import plan
 from suite.extensions import Reproduction
-from suite.pairs import Config, Pair
+from suite.plan.pairs import Config, Pair
 
 _DDP, _FSDP = Config("ddp"), Config("fsdp")
 _ONE_REPLICA = (("micro_batch", 16), ("eval_every", 11))

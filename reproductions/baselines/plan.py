@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from suite.config import RunConfig
-from suite.plans import Plan
+from suite.plan.plans import Plan
 
 SMOKE = dict(model="llama-tiny", device="cpu", tokens=81_920, seq_len=128, eval_every=10)
 GPU = dict(model="llama-134m", device="cuda", tokens=8_388_608, micro_batch=8, seq_len=1024, eval_every=50, lr=1e-3)

@@ -9,7 +9,7 @@ from reproductions.dion.dion import Dion
 from reproductions.dion.plan import PRESETS, plan
 from reproductions.dion.spec import DION
 from suite.extensions import Reproduction
-from suite.pairs import Config, Pair
+from suite.plan.pairs import Config, Pair
 
 __all__ = ["REPRODUCTION", "Dion"]  # the optimizer class, importable as reproductions.dion.Dion
 

@@ -2,7 +2,7 @@
 
 `optimizer_step(device, optimizer, rows, cols, rank_fraction)` builds the optimizer on a single
 rows x cols weight with a fixed gradient, takes one step off the clock (Dion draws Q and allocates its
-state there), and returns the step to time (suite/micro.py times it, counts its FLOPs and memory). The
+state there), and returns the step to time (suite/plan/micro.py times it, counts its FLOPs and memory). The
 returned numbers are this matrix's rank and the bytes of optimizer state it holds, measured on the state
 tensors after the step.
 """

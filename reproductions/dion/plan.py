@@ -11,7 +11,7 @@ read, and the sweep that picked the quality preset's rates:
   spread covers the machine's load; the records hold the optimizer phase beside the whole step
   (throughput.phases_s_median; the survey: never quote the optimizer step as the training step);
 - microbenchmark items, one optimizer step on one square matrix of 256 to 2048 rows, AdamW, Muon and Dion at rank
-  fractions 1, 1/2, 1/4, 1/16 (suite/micro.py; reproductions/dion/figure.py draws them);
+  fractions 1, 1/2, 1/4, 1/16 (suite/plan/micro.py; reproductions/dion/figure.py draws them);
 - the learning-rate sweep, unchanged since it picked LR_PICKED (its records in results/dion-smoke; a test checks the
   picks): llama-tiny on one process, 40 steps of 8 x 128 tokens, every rate of LR_GRID on seed 0 (AlgoPerf's rule:
   tuned on one budget, reported on other seeds), recorded as reproduction SWEEP so that no verdict counts a tuning
@@ -45,8 +45,8 @@ import torch
 
 from reproductions.dion.micro import OPTIMIZERS
 from suite.config import RunConfig
-from suite.micro import Microbench
-from suite.plans import Plan, Schedule, StepCost, estimated_wall_s
+from suite.plan.micro import Microbench
+from suite.plan.plans import Plan, Schedule, StepCost, estimated_wall_s
 
 SWEEP = "dion-lr-sweep"
 RANK_FRACTIONS = (1.0, 0.5, 0.25, 0.0625)
@@ -118,7 +118,7 @@ TIME_ARMS = (("adamw", {}), ("muon", {}), ("dion", {"rank_fraction": 0.25}))
 # Smoke preset's wall time on 2 quiet cores (smoke_wall_s; estimated, not measured), per step, per evaluation and
 # per metered step, by (method, world size, optimizer, rank fraction). The sweep's: QUALITY_COSTS, metered steps
 # 0.45 s (its records' steps_s.metered over 2 steps). The cost runs' must come from records with one thread per
-# worker, and the committed dion-smoke records of 2 and 4 workers ran 2 threads each on 2 cores (suite/launch.py,
+# worker, and the committed dion-smoke records of 2 and 4 workers ran 2 threads each on 2 cores (suite/run/launch.py,
 # fixed): DDP at 4 ranks is results/sdp-smoke's DDP (StepCost 0.52 s, metered 0.96 s, an evaluation of one
 # batch 0.3 s)
 # plus each optimizer's own CPU work per step, 4 ranks x (its 1-process CPU step - AdamW's) / 2 cores (dion-smoke,
@@ -369,7 +369,7 @@ def plan(preset: str) -> Plan:
         runs, micro = tune_runs(), []
         notes.append(f"estimated wall time {quality_wall_s(runs) / 60:.0f} minutes on 2 quiet cores (not measured)")
         notes.append(
-            f"a learning-rate sweep filed as {TUNE_SWEEP}: suite.sweeps.sweep_winners picks each optimizer's rate"
+            f"a learning-rate sweep filed as {TUNE_SWEEP}: suite.judge.sweeps.sweep_winners picks each optimizer's rate"
         )
     elif preset == "tune-adamw":
         runs, micro = tune_adamw_runs(), []

@@ -13,9 +13,9 @@ from baselines.muon import matrix_groups
 from reproductions.dion import ddp_sync
 from reproductions.dion.dion import Dion
 from suite.config import RunConfig
-from suite.optim import OptimizerSpec
 from suite.params import Param
-from suite.strategy import Context
+from suite.run.optim import OptimizerSpec
+from suite.run.strategy import Context
 
 
 def build_dion(model: nn.Module, cfg: RunConfig, ctx: Context, params: dict) -> Dion:

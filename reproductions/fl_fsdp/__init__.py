@@ -9,7 +9,7 @@ from reproductions.fl_fsdp.method import FLHSDP, DiLoCo, Federated, LocalSGD
 from reproductions.fl_fsdp.plan import PRESETS, plan
 from reproductions.fl_fsdp.sgd import SGD
 from suite.extensions import Reproduction
-from suite.pairs import Config, Pair
+from suite.plan.pairs import Config, Pair
 
 
 def _method(name: str) -> Config:

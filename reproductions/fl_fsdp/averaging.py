@@ -21,7 +21,7 @@ from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from torch.distributed.tensor import DTensor
 
-from suite.strategy import local_tensor
+from suite.run.strategy import local_tensor
 
 OUTER = ("none", "sgd", "nesterov")
 

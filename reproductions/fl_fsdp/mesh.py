@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from suite.strategy import Context
+from suite.run.strategy import Context
 
 INTRA, INTER = "intra-group", "inter-group"
 

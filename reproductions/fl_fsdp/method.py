@@ -38,7 +38,7 @@ from reproductions.fl_fsdp.formulas import ring_bytes
 from reproductions.fl_fsdp.mesh import Shape, build_mesh, group_mesh, node_size, shape_of
 from suite.models import blocks_of
 from suite.params import Param
-from suite.strategy import Context, Strategy
+from suite.run.strategy import Context, Strategy
 
 SPLITS = ("split", "whole")
 INNERS = ("fsdp", "ddp")

@@ -25,10 +25,10 @@ the smoke learning rate (3e-3, identical for every arm as the paper's protocol h
 Tune (CPU, 1,875 s measured on 2 cores, results/fl-fsdp-tune; estimated 39 minutes, see quality_wall_s): the
 learning-rate sweep of the second protocol the cards name, tuned per arm (issue 26 item 3, AlgoPerf's rule), which
 separates the batch-size effect from the method: each quality arm on seed 0 at the shorter budget, on the quality
-preset's corpus and schedule rule, at every rate of LR_GRID (20 runs), filed as LR_SWEEP; suite.sweeps.sweep_winners
-picks each arm's rate (LR_TUNED) and refuses a winner at the grid's edge. Tuned (CPU, 1,112 s measured,
-results/fl-fsdp-tuned): the tune's arms at their LR_TUNED rates on TUNED_SEEDS, at the tune's budget.
-GPU: the same arms on every visible GPU (at least 4), llama-134m, 3 seeds. Paper: the paper's runs.
+preset's corpus and schedule rule, at every rate of LR_GRID (20 runs), filed as LR_SWEEP;
+suite.judge.sweeps.sweep_winners picks each arm's rate (LR_TUNED) and refuses a winner at the grid's edge. Tuned (CPU,
+1,112 s measured, results/fl-fsdp-tuned): the tune's arms at their LR_TUNED rates on TUNED_SEEDS, at the tune's
+budget. GPU: the same arms on every visible GPU (at least 4), llama-134m, 3 seeds. Paper: the paper's runs.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 from suite.config import RunConfig
-from suite.plans import Estimate, Plan, Schedule, StepCost, estimated_wall_s, lr_sweep, tuned_runs
+from suite.plan.plans import Estimate, Plan, Schedule, StepCost, estimated_wall_s, lr_sweep, tuned_runs
 
 F = 8  # the paper's configs
 SMOKE = dict(model="llama-tiny", device="cpu", seq_len=128, micro_batch=4, eval_batches=4, log_every=8)
@@ -62,8 +62,8 @@ QUALITY_SCHEDULE = Schedule(warmup=0.1)  # the paper's 10% warm-up, then cosine
 # Tune preset (issue 26 item 3; the second protocol the fl cards name, tuned per arm, which separates the batch-size
 # effect from the method): the quality arms on seed 0 at the shorter budget, each at every rate of LR_GRID (one grid
 # for every arm, so each gets as many trials: AlgoPerf's rule), filed as LR_SWEEP so that no verdict counts them;
-# suite.sweeps picks each arm's winner and refuses one at the grid's edge, where the grid must grow first. Factor-2
-# steps around the smoke rate 3e-3, which the paper's protocol (the quality preset) keeps for every arm.
+# suite.judge.sweeps picks each arm's winner and refuses one at the grid's edge, where the grid must grow first.
+# Factor-2 steps around the smoke rate 3e-3, which the paper's protocol (the quality preset) keeps for every arm.
 LR_SWEEP = "fl-fsdp-lr-sweep"
 LR_GRID = (7.5e-4, 1.5e-3, 3e-3, 6e-3, 1.2e-2)
 # Tuned preset: each quality arm at its winner of the tune (results/fl-fsdp-tune, commit 0a6bd73: every arm's lowest
@@ -216,8 +216,8 @@ _PAPER_NOTE = (
     "global batch G/N of FSDP's; the learning rate is not tuned per arm (left for a later protocol)"
 )
 _TUNE_NOTE = (
-    f"a learning-rate sweep filed as {LR_SWEEP}, for the protocol tuned per arm: suite.sweeps.sweep_winners picks "
-    "each arm's rate"
+    f"a learning-rate sweep filed as {LR_SWEEP}, for the protocol tuned per arm: suite.judge.sweeps.sweep_winners "
+    "picks each arm's rate"
 )
 _TUNED_NOTE = (
     "each arm at its own tuned learning rate (LR_TUNED, picked on seed 0 by the tune), reported on seeds "

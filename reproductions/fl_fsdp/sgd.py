@@ -7,9 +7,9 @@ import torch
 from torch import nn
 
 from suite.config import RunConfig
-from suite.optim import OptimizerSpec
 from suite.params import Param
-from suite.strategy import Context
+from suite.run.optim import OptimizerSpec
+from suite.run.strategy import Context
 
 
 def build_sgd(model: nn.Module, cfg: RunConfig, ctx: Context, params: dict) -> torch.optim.Optimizer:

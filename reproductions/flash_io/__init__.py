@@ -8,7 +8,7 @@ from reproductions.flash_io.meter import AttentionIoMeter
 from reproductions.flash_io.method import METHODS
 from reproductions.flash_io.plan import plan
 from suite.extensions import Reproduction
-from suite.pairs import Config, Pair
+from suite.plan.pairs import Config, Pair
 
 
 def write_report(results_dir: str | Path, out_dir: str | Path) -> Path:

@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager, ExitStack
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from baselines.ddp import DDP
-from suite.strategy import Context
+from suite.run.strategy import Context
 
 
 class _ForcedBackend(DDP):

@@ -1,4 +1,4 @@
-"""Claim metrics over microbenchmark records (registered with suite.verdicts.metric).
+"""Claim metrics over microbenchmark records (registered with suite.judge.verdicts.metric).
 
 The built-in metrics read summary rows of training runs; a microbenchmark record keeps its numbers in the
 rows of its `micro` section, one per shape. These read the newest record of one item (`method`: the item's
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from suite.metrics import Samples, metric
+from suite.judge.metrics import Samples, metric
 
 
 def _item_rows(df: pd.DataFrame, method: str, hardware: str | None = None) -> tuple[list[dict], pd.DataFrame]:

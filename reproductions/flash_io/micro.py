@@ -1,4 +1,4 @@
-"""Microbenchmark items of the plan (suite/micro.py): each function takes a shape and returns the callable
+"""Microbenchmark items of the plan (suite/plan/micro.py): each function takes a shape and returns the callable
 that the harness times, FLOP-counts and memory-tracks; the callable returns the numbers it counted.
 
 - `sdpa`: scaled_dot_product_attention with one backend forced (math, flash, efficient, cuDNN), forward or

@@ -25,8 +25,8 @@ import torch
 from reproductions.flash_io.count import A100_M
 from reproductions.flash_io.micro import available_backends
 from suite.config import RunConfig
-from suite.micro import Microbench
-from suite.plans import Plan
+from suite.plan.micro import Microbench
+from suite.plan.plans import Plan
 
 MICRO = "reproductions.flash_io.micro"
 PAPER_SHAPE = dict(n=1024, d=64)  # GPT-2 medium: sequence 1024, head dimension 64

@@ -16,7 +16,7 @@ presets.
 from __future__ import annotations
 
 from suite.config import RunConfig
-from suite.plans import Schedule, lr_sweep, tuned_runs
+from suite.plan.plans import Schedule, lr_sweep, tuned_runs
 
 WORLD = 4
 F = 8

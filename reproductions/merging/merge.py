@@ -42,8 +42,8 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.optim.swa_utils import AveragedModel
 
 # the suite's DCP reader that unpickles only checkpoint metadata, and its planner that refuses non-tensor items:
-# a checkpoint folder from elsewhere runs no code (suite/checkpoint.py)
-from suite.checkpoint import _SafeReader, _TensorsOnlyPlanner
+# a checkpoint folder from elsewhere runs no code (suite/run/checkpoint.py)
+from suite.run.checkpoint import _SafeReader, _TensorsOnlyPlanner
 
 StateDict = dict[str, torch.Tensor]
 

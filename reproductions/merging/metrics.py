@@ -1,4 +1,4 @@
-"""The claim metric over the merge step's records (registered with suite.metrics.metric).
+"""The claim metric over the merge step's records (registered with suite.judge.metrics.metric).
 
 The merge step writes one microbenchmark record per merge or reference (step.py), one row per seed; a claim
 compares a field of one item's rows with the same field of another's, seed by seed, as a quality metric does with
@@ -24,7 +24,7 @@ import pandas as pd
 
 from reproductions.merging.plan import base_path
 from suite.errors import ClaimsError
-from suite.metrics import Samples, metric
+from suite.judge.metrics import Samples, metric
 
 _PRESET = re.compile(r"--preset[= ](\S+)")
 
@@ -59,7 +59,7 @@ def _by_preset(df: pd.DataFrame, item: str) -> Found:
 def _card_preset(method: str, baseline: str, field: str) -> str | None:
     """The preset named (`--preset`) by the command of this reproduction's card that compares `field` of `method`
     with `baseline`; None where no card, or cards naming different presets, make the comparison (a test's)."""
-    from suite.claims import claims_for  # at call time: suite.claims reads the registry this module fills
+    from suite.judge.claims import claims_for  # at call time: suite.judge.claims reads the registry this module fills
 
     named = {
         found.group(1)

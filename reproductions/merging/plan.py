@@ -28,10 +28,10 @@ from __future__ import annotations
 
 from reproductions.merging import aggregation_plan
 from suite.config import RunConfig
-from suite.evals.checkpoint import trajectory_path
-from suite.micro import Microbench
-from suite.optim import cosine_factor
-from suite.plans import Plan
+from suite.evals.model_file import trajectory_path
+from suite.plan.micro import Microbench
+from suite.plan.plans import Plan
+from suite.run.optim import cosine_factor
 
 TASKS = ("text", "net", "concurrency")
 OOD = "gui"
@@ -42,7 +42,7 @@ STEP_TOKENS = 8 * 128  # one process x micro-batch 8 x sequence 128
 BUDGETS = {"smoke": (200, 80), "quality": (1000, 600), "gpu": (200, 80), "swa-seeds": (1000, 600)}
 SWA_PRESET = "swa-seeds"
 # the quality run's three seeds left SWA - final iterate at +0.004, 95% interval [-0.016, +0.024] against the
-# non-inferiority margin 0.01: about 15 seeds per arm decide it at 80% power at that spread (suite.verdicts)
+# non-inferiority margin 0.01: about 15 seeds per arm decide it at 80% power at that spread (suite.judge.verdicts)
 SWA_SEEDS = tuple(range(15))
 TAIL = 4  # SWA's tail replaces the last 1/TAIL of the text fine-tune
 TAIL_SAVES = 5  # the tail saves its model TAIL_SAVES times, evenly; SWA averages them all

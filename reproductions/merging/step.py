@@ -1,4 +1,4 @@
-"""The merge step of the plan: one microbenchmark item per merge or reference (suite/micro.py), one row per seed.
+"""The merge step of the plan: one microbenchmark item per merge or reference (suite/plan/micro.py), one row per seed.
 
 A row's set-up (outside the measurement) reads the fine-tunes the plan trained (model files that `--checkpoint`
 wrote), picks the merge's hyper-parameters on the selection half of each task's validation split (greedy soup's
@@ -33,7 +33,7 @@ from torch import nn
 from reproductions.merging import merge as m
 from suite.data import load_data
 from suite.data.text import TokenData
-from suite.evals.checkpoint import load_checkpoint, plain_model
+from suite.evals.model_file import load_checkpoint, plain_model
 
 StateDict = dict[str, torch.Tensor]
 Batches = list[tuple[torch.Tensor, torch.Tensor]]

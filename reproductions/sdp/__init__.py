@@ -11,7 +11,7 @@ from reproductions.sdp.method import BackwardBlockSDP, BlockSDP
 from reproductions.sdp.neurons import NeuronSDP
 from reproductions.sdp.plan import PRESETS, plan
 from suite.extensions import Reproduction
-from suite.pairs import Config, Pair
+from suite.plan.pairs import Config, Pair
 
 _BSDP = Config("b-sdp", sets=(("C", 0.5),))
 

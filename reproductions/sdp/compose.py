@@ -42,7 +42,7 @@ from baselines.fsdp import gradient_sync
 from reproductions.sdp.masks import Mask
 from reproductions.sdp.method import SHARED, BlockSDP, drop_blocks, maskable_blocks
 from suite.params import Param
-from suite.strategy import Context, local_tensor
+from suite.run.strategy import Context, local_tensor
 
 
 def padded_numel(shape: tuple[int, ...], n: int) -> int:

@@ -35,7 +35,7 @@ from reproductions.sdp.masks import Mask, assign
 from suite import models
 from suite.models import blocks_of
 from suite.params import Param
-from suite.strategy import Context, Strategy, local_tensor
+from suite.run.strategy import Context, Strategy, local_tensor
 
 AGGREGATIONS = ("groups", "dense")
 SHARED = -1  # component index of the parts every rank holds

@@ -1,4 +1,4 @@
-"""SDP's claim metric against its own design (registered with suite.metrics.metric).
+"""SDP's claim metric against its own design (registered with suite.judge.metrics.metric).
 
 What N-SDP masks in LLaMA is not known from the paper (docs/sources.md#sdp): here only MLP neurons, so the state ratio
 against DDP is not C but whatever the masks hold. A run's record says what that is (parallel.sdp: the shared
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from suite.metrics import Samples, metric, ratio, side
+from suite.judge.metrics import Samples, metric, ratio, side
 
 
 def design_state(path: str) -> float:

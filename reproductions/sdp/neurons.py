@@ -40,7 +40,7 @@ from reproductions.sdp.method import SHARED, SubnetworkDP
 from suite import models
 from suite.models.llama import Block
 from suite.params import Param
-from suite.strategy import Context
+from suite.run.strategy import Context
 
 DEFAULT_GROUPS = 8
 # the attribute holding a module's size along its neuron dimension, for an honest repr of a sliced module

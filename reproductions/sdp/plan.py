@@ -19,10 +19,11 @@ minutes, see quality_wall_s): the smoke quality arms on the stdlib corpus at two
 DDP's steps, then cosine over each arm's own budget) at the smoke learning rate, not tuned per arm. Tune (CPU, 1,559
 s measured on 2 cores, results/sdp-tune; estimated 35 minutes, see quality_wall_s): the learning-rate sweep of the
 tuned protocol (issue 26 item 3, AlgoPerf's rule), each quality arm on seed 0 at the shorter budget, on the quality
-preset's corpus and schedule rule, at every rate of LR_GRID (15 runs), filed as LR_SWEEP; suite.sweeps.sweep_winners
-picks each arm's rate (LR_TUNED) and refuses a winner at the grid's edge. Tuned (CPU, 1,730 s measured on 2 quiet cores,
-results/sdp-tuned): the tune's arms at their LR_TUNED rates on TUNED_SEEDS, at the tune's budget. Masking (CPU, 8
-gloo workers): b-sdp against bb-sdp at C = 3/8 on llama-tiny-8l, three seeds, the quality corpus and schedule rule.
+preset's corpus and schedule rule, at every rate of LR_GRID (15 runs), filed as LR_SWEEP;
+suite.judge.sweeps.sweep_winners picks each arm's rate (LR_TUNED) and refuses a winner at the grid's edge. Tuned (CPU,
+1,730 s measured on 2 quiet cores, results/sdp-tuned): the tune's arms at their LR_TUNED rates on TUNED_SEEDS, at the
+tune's budget. Masking (CPU, 8 gloo workers): b-sdp against bb-sdp at C = 3/8 on llama-tiny-8l, three seeds, the
+quality corpus and schedule rule.
 Calibrate (CPU, about 12 minutes, written beside the smoke records): the 1B baselines over micro-batch and
 precision, and the method where they match the paper's absolute numbers. GPU: llama-134m on every visible GPU (at
 least 2), three seeds, and the CIFAR arms where CIFAR_ROOT holds the data. Paper: the paper's LLaMA runs on FineWeb
@@ -41,7 +42,7 @@ from reproductions.sdp.masks import held_count
 from suite.config import RunConfig
 from suite.meters.flops import FlopMeter
 from suite.models import build_model, model_config
-from suite.plans import Estimate, Plan, Schedule, StepCost, estimated_wall_s, lr_sweep, tuned_runs
+from suite.plan.plans import Estimate, Plan, Schedule, StepCost, estimated_wall_s, lr_sweep, tuned_runs
 
 # Every language arm follows one learning-rate schedule: warmup, then cosine over its own budget (an arm that is
 # FLOP-matched, and so trains longer, decays over its longer run), so final losses compare at the schedule's end.
@@ -67,8 +68,8 @@ QUALITY_STEPS = (300, 600)
 QUALITY_SCHEDULE = Schedule(warmup=0.1)
 # Tune preset (issue 26 item 3): the quality arms on seed 0 at the shorter budget, each at every rate of LR_GRID (one
 # grid for every arm, so each gets as many trials: AlgoPerf's rule), filed as LR_SWEEP so that no verdict counts them;
-# suite.sweeps picks each arm's winner and refuses one at the grid's edge, where the grid must grow first. Factor-2
-# steps around the smoke rate 3e-3, which the untuned quality preset keeps for every arm.
+# suite.judge.sweeps picks each arm's winner and refuses one at the grid's edge, where the grid must grow first.
+# Factor-2 steps around the smoke rate 3e-3, which the untuned quality preset keeps for every arm.
 LR_SWEEP = "sdp-lr-sweep"
 LR_GRID = (7.5e-4, 1.5e-3, 3e-3, 6e-3, 1.2e-2)
 # Tuned preset: each quality arm (tune_key) at its winner of the tune (results/sdp-tune, commit e19a3f0: every arm's
@@ -418,7 +419,9 @@ def plan(preset: str) -> Plan:
     if preset in ("quality", "tune", "tuned"):
         notes.append(f"estimated wall time {quality_wall_s(runs) / 60:.0f} minutes on 2 quiet cores (not measured)")
     if preset == "tune":
-        notes.append(f"a learning-rate sweep filed as {LR_SWEEP}: suite.sweeps.sweep_winners picks each arm's rate")
+        notes.append(
+            f"a learning-rate sweep filed as {LR_SWEEP}: suite.judge.sweeps.sweep_winners picks each arm's rate"
+        )
     tuned = ", each arm at its learning rate tuned on seed 0 (LR_TUNED)" if preset == "tuned" else ""
     return Plan(
         preset,

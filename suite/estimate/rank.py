@@ -17,8 +17,8 @@ import torch
 from suite.config import RunConfig
 from suite.estimate.fake import FakeTensors, fake_world
 from suite.meters.clock import StepClock
-from suite.strategy import local_tensor
-from suite.train import Worker
+from suite.run.strategy import local_tensor
+from suite.run.train import Worker
 
 
 class FakeWorker(Worker):

@@ -20,7 +20,7 @@ def add_evaluate_command(subparsers) -> None:
     from suite.evals.tasks import LOCAL_TASKS
 
     p = subparsers.add_parser("evaluate", help="downstream evals of a saved checkpoint, optionally into a record")
-    p.add_argument("checkpoint", help="a file written by suite.evals.checkpoint.save_checkpoint")
+    p.add_argument("checkpoint", help="a file written by suite.evals.model_file.save_checkpoint")
     p.add_argument(
         "--evals",
         required=True,
@@ -59,8 +59,8 @@ def _evaluate(args: argparse.Namespace, names: list[str]) -> dict[str, dict]:
 
     from suite import models
     from suite.data import default_data_for, load_data
-    from suite.evals.checkpoint import load_checkpoint
     from suite.evals.harness import check_evals, run_evals
+    from suite.evals.model_file import load_checkpoint
     from suite.evals.vision import image_accuracy
 
     if args.device == "cuda" and not torch.cuda.is_available():

@@ -1,6 +1,6 @@
 """Meters are plug-ins: each says which steps it runs on, wraps them, and writes its own record section.
 
-The training loop (suite.train) and the estimator (suite.estimate) drive the same meters through
+The training loop (suite.run.train) and the estimator (suite.estimate) drive the same meters through
 `Metering`, so a section is built by one piece of code whether the step was real or fake. The built-in
 meters (FLOPs, memory, communication: suite/meters/builtin.py) and any a reproduction declares
 (suite.extensions.Reproduction.meters) run on every run they apply to, always off the clock: a step

@@ -22,14 +22,14 @@ import jinja2
 from markupsafe import Markup
 
 from suite.atomic import write_text
-from suite.claims import Claim, ClaimsError, claims_for
 from suite.errors import UsageError
+from suite.judge.claims import Claim, ClaimsError, claims_for
+from suite.judge.verdicts import judge_all
 from suite.records import load_records
 from suite.report import figures, site
 from suite.report.figures import Chart
 from suite.report.pages import Reproduction, index_context, reproduction_context, run_context
 from suite.report.tables import Table, css_token, html
-from suite.verdicts import judge_all
 
 UNASSIGNED = "(no reproduction)"
 

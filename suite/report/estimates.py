@@ -1,6 +1,6 @@
 """Each estimate beside the measured runs of its configuration, quantity by quantity.
 
-suite.compare decides what "the same configuration" is and judges each quantity with the
+suite.estimate.beside decides what "the same configuration" is and judges each quantity with the
 tolerances of `python -m suite estimate --measure`; this module only lays the rows out. Measured runs
 are looked up among all records, whatever their reproduction, and only provenance `measured` counts:
 a simulated record repeats its source's ledger and memory, so it would pass for a measurement.
@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from suite.compare import Row, compare_per_step, config_key, per_step
+from suite.estimate.beside import Row, compare_per_step, config_key, per_step
+from suite.judge.verdicts import evidence_label
 from suite.report import frames
 from suite.report.tables import Cell, Table, fmt_bytes, fmt_sci, missing, number, text
-from suite.verdicts import evidence_label
 
 QUANTITIES: dict[str, tuple[str, Callable[[Any], str]]] = {
     "peak_bytes": ("peak bytes per rank (max over ranks)", fmt_bytes),

@@ -227,7 +227,9 @@ def lr_sweep(points: pd.DataFrame) -> Chart | None:
     refusal = points["refusal"].iloc[0]
     caption = "One run per rate on one seed (a sweep, filed apart so that no verdict counts it). "
     caption += (
-        f"suite.sweeps picks no winner: {refusal}." if refusal else "Ring: each arm's winner by suite.sweeps' rule."
+        f"suite.judge.sweeps picks no winner: {refusal}."
+        if refusal
+        else "Ring: each arm's winner by suite.judge.sweeps' rule."
     )
     return chart(fig, "Final validation loss against the learning rate (the sweep)", caption)
 

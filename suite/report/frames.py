@@ -15,8 +15,8 @@ import pandas as pd
 
 from suite.arms import arm_of
 from suite.arms import label as arm_label
+from suite.judge.sweeps import pick_winners
 from suite.records import FINISHED, final_val_loss
-from suite.sweeps import pick_winners
 
 # the memory meter's categories (suite/meters/memory.py CATEGORIES, not imported: the report imports no torch
 # module); records written before comm_buffers existed read 0 there
@@ -40,9 +40,9 @@ def curves(records: list[dict], labels: list[str]) -> pd.DataFrame:
 
 
 def lr_sweep(records: list[dict], labels: list[str]) -> pd.DataFrame:
-    """One row per run of an arm swept over three or more learning rates (suite/sweeps.py): `arm` (its page label
+    """One row per run of an arm swept over three or more learning rates (suite/judge/sweeps.py): `arm` (its page label
     without the rate), `lr`, `val_loss` (the final validation loss; NaN for a diverged run), `winner` (the rate
-    suite.sweeps.pick_winners picks for the arm; NaN where it refuses) and `refusal` (why it refuses, else '')."""
+    suite.judge.sweeps.pick_winners picks for the arm; NaN where it refuses) and `refusal` (why it refuses, else '')."""
     columns = ["arm", "lr", "val_loss", "winner", "refusal"]
     groups: dict[str, list[tuple[dict, str, float]]] = {}
     for rec, name in zip(records, labels):

@@ -8,7 +8,7 @@ than fields of the claim frame, its metric gives the seeds of both sides (a qual
 the verdict's value alone (a microbenchmark's). The glance table beside the
 figures carries each claim's numbers as text (pages.glance_rows). The marker tells measured (circle), estimated
 (diamond) and projected (simulated: triangle) apart; the colour is the verdict, which is also written out.
-Seed values are read from the records the verdict names (Verdict.run_ids), through suite.verdicts.claim_frame.
+Seed values are read from the records the verdict names (Verdict.run_ids), through suite.judge.verdicts.claim_frame.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 from matplotlib.transforms import blended_transform_factory
 
-from suite.claims import Claim
-from suite.metrics import QUALITY, RATIOS, side
+from suite.judge.claims import Claim
+from suite.judge.metrics import QUALITY, RATIOS, side
+from suite.judge.verdicts import SMALL_SCALE, VERDICTS, Verdict, seed_samples
 from suite.report.figures import Chart, chart, figure, margins, safe, text_inches, wrap
-from suite.verdicts import SMALL_SCALE, VERDICTS, Verdict, seed_samples
 
 COLOURS = {
     "reproduced": "#137333",
@@ -40,7 +40,8 @@ COLOURS = {
     "measured, no paper value": "#5b6fa8",
     "counted, no paper value": "#5b6fa8",
     "estimated, no paper value": "#5b6fa8",
-    # a small-scale finding: its paper word's hue (suite/verdicts.py SMALL_SCALE), its words and scale tell it apart
+    # a small-scale finding: its paper word's hue (SMALL_SCALE in suite/judge/verdicts.py), its words and scale
+    # tell it apart
     "holds at small scale": "#137333",
     "does not hold at small scale": "#c5221f",
     "inconclusive at small scale": "#b08800",
@@ -288,7 +289,7 @@ def ratio_chart(rows: list[tuple[Claim, Verdict]]) -> Chart | None:
                 seen.append(shown.value)
                 drawn = True
         if not drawn and on_ratio_axis(claim) and verdict.floor is not None and verdict.floor > 0:
-            # a lower bound (suite/verdicts.py, _beyond_floors): every seed lies to its right
+            # a lower bound (suite/judge/verdicts.py, _beyond_floors): every seed lies to its right
             ax.scatter(verdict.floor, y, marker=">", s=70, color=colour, zorder=4, edgecolors="white", linewidths=0.8)
             seen.append(verdict.floor)
             drawn = True

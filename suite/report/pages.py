@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from suite.claims import Claim
+from suite.judge.claims import Claim
+from suite.judge.verdicts import EVIDENCE, PROJECTED_FIELDS, Verdict, claim_frame, evidence_label, origin
 from suite.records import to_dataframe
-from suite.report import arms as armlib
+from suite.report import labels as armlib
 from suite.report import figures, frames, glance, tables
 from suite.report.estimates import estimates_beside, unmeasured_table
 from suite.report.figures import Chart
 from suite.report.tables import Cell, Table, css_token, fmt_bytes, fmt_number
-from suite.verdicts import EVIDENCE, PROJECTED_FIELDS, Verdict, claim_frame, evidence_label, origin
 
 
 @dataclass
@@ -382,7 +382,7 @@ def _measured(verdict: Verdict, unit: str) -> str:
 
 
 def origin_badge(text: str) -> tuple[str, str]:
-    """An origin (suite.verdicts.origin) and its badge style: records of one clean commit, or a warning."""
+    """An origin (suite.judge.verdicts.origin) and its badge style: records of one clean commit, or a warning."""
     return text, "records-clean" if text.startswith("one clean commit") else "records-mixed"
 
 

@@ -13,8 +13,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from suite.claims import Claim
 from suite.errors import UsageError
+from suite.judge.claims import Claim
 
 SUMMARY = "summary.json"
 OWN_PAGES = (".html", ".png", ".svg")  # a folder's top-level files that a reader opens (not its summaries)

@@ -15,10 +15,10 @@ from typing import Any, NamedTuple
 import pandas as pd
 from markupsafe import Markup, escape
 
+from suite.judge.verdicts import evidence_label
 from suite.records import to_dataframe
-from suite.report.arms import batch_settings
 from suite.report.frames import REPEAT_TOLERANCE, geometric_means, repeat_spreads
-from suite.verdicts import evidence_label
+from suite.report.labels import batch_settings
 
 
 class Cell(NamedTuple):

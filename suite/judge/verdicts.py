@@ -1,4 +1,4 @@
-"""The verdict on a claim (suite/claims.py) from run records: the value, its band or test, and its evidence.
+"""The verdict on a claim (suite/judge/claims.py) from run records: the value, its band or test, and its evidence.
 
 Verdict words keep their direction (docs/architecture.md): reproduced (inside the band, or the test passes), exceeded
 (better than claimed, beyond the band), fell short (worse), inconclusive (noise too large, too few seeds, runs
@@ -15,7 +15,7 @@ t-interval of the mean over seeds, or the range over settings (calibration sweep
 method's seeds with the baseline's by Welch t-tests: two one-sided tests for equivalence, one for
 non-inferiority.
 
-Metrics (suite/metrics.py) turn the rows of `claim_frame` into samples, one per seed and setting, each side of a
+Metrics (suite/judge/metrics.py) turn the rows of `claim_frame` into samples, one per seed and setting, each side of a
 comparison one arm.
 """
 
@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from suite.claims import Claim, ClaimsError
-from suite.metrics import METRICS, READS_DIVERGED, Samples, _per_seed, side
+from suite.judge.claims import Claim, ClaimsError
+from suite.judge.metrics import METRICS, READS_DIVERGED, Samples, _per_seed, side
+from suite.judge.regime import outside_regime, regime_rows, scale_words
 from suite.records import FINISHED
-from suite.regime import outside_regime, regime_rows, scale_words
 
 ALPHA = 0.05
 # What a paper-claim word becomes where the deciding records lie outside the paper's regime (Claim.regime): a
@@ -373,7 +373,7 @@ HARDWARE_BOUNDS = ("device", "gpu")  # regime entries that name hardware, not sc
 
 
 def _beyond_floors(claim: Claim, samples: Samples, label: str, said: str, shown: tuple[Shown, ...]) -> Verdict:
-    """The verdict where every seed of the method ended short of a value it would give (suite/targets.py): each
+    """The verdict where every seed of the method ended short of a value it would give (suite/judge/targets.py): each
     seed's value lies above its floor, so their mean lies above the least floor. Above the band's upper edge that
     decides the claim (fell short where lower is better, exceeded where higher is); with no paper value the floor is
     what was measured; otherwise it cannot tell."""
@@ -505,7 +505,7 @@ def seed_samples(claim: Claim, rows: pd.DataFrame) -> Samples:
 def _decisive(claim: Claim, rows: pd.DataFrame, allow_measured: bool) -> tuple[Samples | None, str | None, str]:
     """Samples from the first kind of evidence the claim accepts that has any: measured (on hardware that
     meets the requirements), then counted, then estimated, each where the claim allows it. Simulated numbers
-    never decide. Third: the metric's note on the samples (suite/targets.py: how many seeds reached the
+    never decide. Third: the metric's note on the samples (suite/judge/targets.py: how many seeds reached the
     target), or where none gave a value, the first kind's note on why. Where no kind gives a value but one's every
     seed ended short of it (Samples.floors: no seed reached the target), that kind's samples, without values."""
     if "evidence" not in rows.columns:  # no records at all
@@ -868,7 +868,7 @@ def _joint_origin(commits: list[tuple[str, str]]) -> str:
 
 def verdict_rows(records: list[dict]) -> list[dict[str, Any]]:
     """One row per claim of every reproduction the records belong to: verdict, value, band, evidence, runs."""
-    from suite.claims import claims_for
+    from suite.judge.claims import claims_for
 
     by_reproduction: dict[str, list[dict]] = {}
     for record in records:

@@ -4,8 +4,8 @@ import sys
 from pathlib import Path
 
 from suite.config import RunConfig
-from suite.faults import die_with_launcher
-from suite.train import train
+from suite.run.faults import die_with_launcher
+from suite.run.train import train
 
 if __name__ == "__main__":
     die_with_launcher()

@@ -17,12 +17,12 @@ from pathlib import Path
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from suite.checkpoint import newest_intact, run_folder
 from suite.config import RunConfig
-from suite.faults import LAUNCHER_PID
-from suite.limits import oom_kills
-from suite.recorder import failed_record, new_run_id
 from suite.records import FINISHED, RecordError, read_record, write_record
+from suite.run.checkpoint import newest_intact, run_folder
+from suite.run.faults import LAUNCHER_PID
+from suite.run.limits import oom_kills
+from suite.run.recorder import failed_record, new_run_id
 
 
 def under_torchrun() -> bool:
@@ -38,8 +38,8 @@ def launch(cfg: RunConfig) -> Path:
         spec.write_text(cfg.to_json())
         kills = oom_kills()
         try:
-            # each restart resumes from the newest checkpoint (suite/train.py)
-            start_workers(cfg.nproc, cfg.run_id, cfg.max_restarts, "suite.worker", spec)
+            # each restart resumes from the newest checkpoint (suite/run/train.py)
+            start_workers(cfg.nproc, cfg.run_id, cfg.max_restarts, "suite.run.worker", spec)
         except ChildFailedError as err:
             rank, failure = err.get_first_failure()
             oom = kills is not None and (oom_kills() or 0) > kills
@@ -68,7 +68,7 @@ def start_workers(nproc: int, run_id: str, max_restarts: int, module: str, spec:
     chosen = os.environ.get("OMP_NUM_THREADS")
     if chosen is None:
         os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
-    os.environ[LAUNCHER_PID] = str(os.getpid())  # the workers end when this process does (suite/faults.py)
+    os.environ[LAUNCHER_PID] = str(os.getpid())  # the workers end when this process does (suite/run/faults.py)
     try:
         elastic_launch(config, sys.executable)("-m", module, str(spec))
     finally:

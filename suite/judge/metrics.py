@@ -1,4 +1,4 @@
-"""Metrics: how the summary rows of a claim's records (suite/verdicts.py claim_frame) become samples.
+"""Metrics: how the summary rows of a claim's records (suite/judge/verdicts.py claim_frame) become samples.
 
 A metric turns rows into one value per seed and setting: `ratio` (method / baseline, paired), `value` (one arm)
 and `quality` (both arms, unpaired); a reproduction registers its own with @metric. Each side of a comparison
@@ -30,9 +30,9 @@ class Samples:
     settings: tuple[str, ...] = ()  # the setting of each value
     baseline: np.ndarray | None = None
     baseline_rows: pd.DataFrame | None = None  # the baseline side's runs (the plateau reads them)
-    note: str = ""  # what the verdict's reason adds (e.g. how many seeds reached a target, suite/targets.py)
-    # where no seed of the method gave a value because each ended short of it (suite/targets.py: no seed reached the
-    # target), each seed's lower bound of the value it would give: the least of them bounds the mean from below
+    note: str = ""  # what the verdict's reason adds (e.g. how many seeds reached a target, suite/judge/targets.py)
+    # where no seed of the method gave a value because each ended short of it (suite/judge/targets.py: no seed reached
+    # the target), each seed's lower bound of the value it would give: the least of them bounds the mean from below
     floors: np.ndarray | None = None
 
 

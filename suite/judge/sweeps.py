@@ -1,8 +1,8 @@
 """Learning rates picked from a sweep (issue 26 item 3): each arm's winner, by AlgoPerf's rule.
 
-A plan files its sweep runs under a reproduction name of their own (suite.plans.lr_sweep), so that no verdict counts
-a tuning run as evidence. An arm here is a record's arm (suite/arms.py) without its learning rate: the runs of one
-arm at several rates are that arm's trials. The rule: every arm gets the same number of trials, on one seed; the
+A plan files its sweep runs under a reproduction name of their own (suite.plan.plans.lr_sweep), so that no verdict
+counts a tuning run as evidence. An arm here is a record's arm (suite/arms.py) without its learning rate: the runs of
+one arm at several rates are that arm's trials. The rule: every arm gets the same number of trials, on one seed; the
 winner is the rate of the lowest final validation loss, a diverged run losing to every finished one; and a winner at
 the lowest or highest rate swept says nothing about the rates beyond it, so the grid must be extended there first.
 """

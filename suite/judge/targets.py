@@ -25,7 +25,7 @@ seed and how many seeds of each arm reached the target. Every baseline seed reac
 evaluation, so each seed of the method that reaches it gives a pair. A complete run of the method that ended
 above the target bounds its seed's ratio from below (its whole budget over the baseline's tokens to the target);
 where every seed of the method ended so, the samples carry those bounds (`Samples.floors`) and the verdict judges
-the least of them (suite/verdicts.py: a right-censored value, as survival analysis calls it).
+the least of them (suite/judge/verdicts.py: a right-censored value, as survival analysis calls it).
 
 The samples are method / baseline per seed, paired by seed and setting as the `ratio` metric pairs them: a seed
 fixes initialisation and data order in both arms, so the pair shares that noise and the ratio cancels it, and the
@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from suite.errors import ClaimsError
-from suite.metrics import Samples, metric, one_arm, side
+from suite.judge.metrics import Samples, metric, one_arm, side
 
 FIELDS = ("tokens_to_target", "cpu_s_to_target")
 Point = tuple[float, float, float]  # (step, tokens, validation loss) of one evaluation

@@ -70,7 +70,7 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> tup
     """
     if not Path(path).is_file():
         raise FileNotFoundError(
-            f"no checkpoint at {str(path)!r}; write one with suite.evals.checkpoint.save_checkpoint"
+            f"no checkpoint at {str(path)!r}; write one with suite.evals.model_file.save_checkpoint"
         )
     try:
         payload = _payload(_read(path))

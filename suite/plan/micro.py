@@ -26,7 +26,7 @@ from torch.distributed._tools.mem_tracker import MemTracker
 from suite.config import RunConfig
 from suite.meters.flops import FlopMeter
 from suite.meters.memory import peak_rss_bytes, reset_peak_rss
-from suite.recorder import new_record, new_run_id
+from suite.run.recorder import new_record, new_run_id
 from suite.timing import load_average, load_timing
 
 

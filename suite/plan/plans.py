@@ -14,7 +14,7 @@ from pathlib import Path
 
 from suite.config import RunConfig, command_line
 from suite.extensions import get_reproduction
-from suite.micro import Microbench
+from suite.plan.micro import Microbench
 
 
 @dataclass
@@ -43,7 +43,7 @@ class Plan:
     claims: Path | None = None
     notes: list[str] = field(default_factory=list)
     estimates: list[Estimate] = field(default_factory=list)
-    micro: list[Microbench] = field(default_factory=list)  # microbenchmark items (suite/micro.py)
+    micro: list[Microbench] = field(default_factory=list)  # microbenchmark items (suite/plan/micro.py)
     name: str = ""
 
 
@@ -71,7 +71,7 @@ def load_plan(name: str, preset: str) -> Plan:
 class Schedule:
     """The learning-rate schedule of a quality protocol, one rule for every arm of a card (issue 26): linear
     warm-up over `warmup` of the baseline's steps, then cosine down to `min_lr_ratio` over each arm's own budget
-    (suite/optim.py: the cosine follows the fraction of the budget spent, so an arm that trains longer under an
+    (suite/run/optim.py: the cosine follows the fraction of the budget spent, so an arm that trains longer under an
     equal-FLOPs budget decays over its longer run and every arm ends its schedule where it stops)."""
 
     warmup: float = 0.1
@@ -86,7 +86,7 @@ class Schedule:
 def lr_sweep(arms: list[RunConfig], grid: tuple[float, ...], reproduction: str) -> list[RunConfig]:
     """Every arm at every rate of `grid` on seed 0 (AlgoPerf's rule: the same trials for every arm, tuned on one
     seed and reported on others), filed as `reproduction` so that no verdict counts a tuning run as evidence;
-    suite.sweeps picks each arm's winner from the records. Rate by rate, so a sweep stopped midway leaves every
+    suite.judge.sweeps picks each arm's winner from the records. Rate by rate, so a sweep stopped midway leaves every
     arm with nearly as many trials as the others."""
     return [
         replace(cfg, lr=lr, seed=0, reproduction=reproduction, variant=dict(cfg.variant)) for lr in grid for cfg in arms
@@ -100,14 +100,14 @@ def tuned_runs(
     seeds: tuple[int, ...],
     tune: str,
 ) -> list[RunConfig]:
-    """Every arm at its tuned rate (`rates[key(cfg)]`, a winner of suite.sweeps) on each of `seeds`, which exclude
+    """Every arm at its tuned rate (`rates[key(cfg)]`, a winner of suite.judge.sweeps) on each of `seeds`, which exclude
     the tune's seed 0 (AlgoPerf's rule: tuned on one seed, reported on others). ValueError (one line) naming the
     tune to run first (`tune`, a command) while a rate is unset."""
     unset = sorted({str(key(cfg)) for cfg in arms if rates.get(key(cfg)) is None})
     if unset:
         raise ValueError(
             f"no tuned learning rate for {', '.join(unset)}: run `{tune}`, commit its records and set the plan's "
-            "LR_TUNED to the winners suite.sweeps.sweep_winners picks"
+            "LR_TUNED to the winners suite.judge.sweeps.sweep_winners picks"
         )
     return [replace(cfg, lr=rates[key(cfg)], seed=s, variant=dict(cfg.variant)) for s in seeds for cfg in arms]
 

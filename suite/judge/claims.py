@@ -1,6 +1,6 @@
 """A paper's claim as a reproduction states it in `claims.yaml`: what is claimed, where, and how it is judged.
 
-The verdict itself is suite/verdicts.py. claims.yaml is a list of claims (or a mapping with a `claims:` list):
+The verdict itself is suite/judge/verdicts.py. claims.yaml is a list of claims (or a mapping with a `claims:` list):
 
     id: sdp-1b-memory
     statement: B-SDP at C=0.69 lowers peak memory per device by 28% against DDP
@@ -47,7 +47,7 @@ A `source_status` that begins with "derived" says the value is a formula the sui
 (a reproduction's own byte and state formulas), not a number the paper prints: inside its band such a card "matches
 the model", never "reproduced". `requires_claims` names the other halves of a compound claim (claims of the
 same file, themselves not compound): the card's verdict is the weakest of its own and theirs
-(suite/verdicts.py STRENGTH), and the card links them.
+(suite/judge/verdicts.py STRENGTH), and the card links them.
 
 `regime` is the paper's regime: the scale and protocol its number comes from. Every claim with a paper value that is
 not the suite's own derivation declares one, with what would test it there. Checked entries: `params` (the model's
@@ -56,7 +56,7 @@ parameters, at least), `workers` (the world size, at least), `groups` (federatio
 `protocol` (the paper's, and with `here` the other protocol this card judges instead: no run of it is then in the
 paper's regime). A property the paper states for any size says so with `any_scale: {because, source}`. Only
 records inside every checked entry may say reproduced, exceeded or fell short; the rest give a small-scale finding
-(suite/verdicts.py SMALL_SCALE).
+(suite/judge/verdicts.py SMALL_SCALE).
 """
 
 from __future__ import annotations
@@ -70,10 +70,10 @@ from typing import Any
 
 import yaml
 
-from suite import targets  # noqa: F401  (registers the to-target metric)
 from suite.atomic import NotAFile, read_regular
 from suite.errors import ClaimsError
-from suite.metrics import METRIC_FIELDS, METRICS, QUALITY
+from suite.judge import targets  # noqa: F401  (registers the to-target metric)
+from suite.judge.metrics import METRIC_FIELDS, METRICS, QUALITY
 
 KINDS = ("ratio", "quality", "mechanism")
 PROTOCOLS = ("tokens", "flops", "time", "target")

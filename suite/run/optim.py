@@ -24,7 +24,7 @@ from torch.optim.lr_scheduler import LambdaLR, LRScheduler
 from suite.config import RunConfig
 from suite.extensions import declared
 from suite.params import Param, parse_params
-from suite.strategy import local_tensor
+from suite.run.strategy import local_tensor
 
 GROUPS = ("matrices", "embeddings", "head", "norms", "biases", "other")
 _NORMS = (nn.LayerNorm, nn.RMSNorm, nn.GroupNorm, nn.modules.batchnorm._BatchNorm)

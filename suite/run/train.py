@@ -1,8 +1,8 @@
 """The one training loop: model + strategy + optimizer + data + protocol + meters -> run record.
 
-Runs inside each worker started by `suite.launch` (or by a user's own torchrun). Rank 0 writes the
+Runs inside each worker started by `suite.run.launch` (or by a user's own torchrun). Rank 0 writes the
 record: `incomplete` at start and after every evaluation and checkpoint, `complete` at the end; when the
-run dies, `incomplete` with the error if a checkpoint can resume it (suite/checkpoint.py), else `failed`.
+run dies, `incomplete` with the error if a checkpoint can resume it (suite/run/checkpoint.py), else `failed`.
 Meters run on a few steps each, off the clock (suite/meters/schedule.py); the
 ledger sees training steps only, never the loop's control messages or evaluation.
 """
@@ -26,23 +26,24 @@ import torch.nn.functional as F
 from torch import nn
 from torch.optim.swa_utils import update_bn
 
-from suite import checkpoint as ckpt
 from suite import data as data_lib
-from suite import faults, models
+from suite import models
 from suite.config import RunConfig
 from suite.evals import run_evals
-from suite.evals.checkpoint import full_state, load_state, plain_model, save_checkpoint, trajectory_path
+from suite.evals.model_file import full_state, load_state, plain_model, save_checkpoint, trajectory_path
 from suite.evals.vision import image_accuracy
 from suite.meters.base import MeterContext, Metering, write_sections
 from suite.meters.builtin import meters_for
 from suite.meters.clock import StepClock, peak_flops
 from suite.meters.comm import CommLedger
 from suite.meters.memory import allocator_settings
-from suite.optim import describe_groups, get_spec, lr_schedule, param_groups, split_variant
-from suite.protocols import Progress, from_args
-from suite.recorder import new_record, new_run_id
 from suite.records import RecordError, read_record, write_record
-from suite.strategy import Context, get_strategy
+from suite.run import checkpoint as ckpt
+from suite.run import faults
+from suite.run.optim import describe_groups, get_spec, lr_schedule, param_groups, split_variant
+from suite.run.protocols import Progress, from_args
+from suite.run.recorder import new_record, new_run_id
+from suite.run.strategy import Context, get_strategy
 from suite.timing import load_average
 
 
@@ -402,7 +403,7 @@ class Worker:
         self.timing["final_evals_s"] = time.perf_counter() - start
         self._close(progress, clock, at.flops_per_step)
 
-    # ---- checkpoints and faults (suite/checkpoint.py) ----------------------------------------------------
+    # ---- checkpoints and faults (suite/run/checkpoint.py) ----------------------------------------------------
     def _resuming(self) -> bool:
         return (self.cfg.resume or faults.restart_count() > 0) and ckpt.latest(ckpt.run_folder(self.cfg)) is not None
 
@@ -661,7 +662,7 @@ def _finite_or_none(value: float | None) -> float | None:
 def train(cfg: RunConfig, store: dict | None = None, since: float | None = None) -> Path:
     """Run one training run in this worker process; returns the record's path.
 
-    `store`: init_process_group's store arguments for a world of this run's own (suite/multirun.py); `since`:
+    `store`: init_process_group's store arguments for a world of this run's own (suite/plan/multirun.py); `since`:
     when this process became free for the run (its start by default), for the record's timing."""
     worker = Worker(cfg, store)
     if since is not None:

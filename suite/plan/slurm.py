@@ -3,7 +3,7 @@ their records gathered from the plan's results folder (a filesystem the nodes sh
 
 Each script starts one torchrun per node with srun; the torchruns meet at a c10d rendezvous on the job's
 first node and run `python -m suite run` with the run's own arguments, from the repository (`--chdir`), so
-the record names the same command as a local run would and the plan's resume rules (suite/reproduce.py)
+the record names the same command as a local run would and the plan's resume rules (suite/plan/reproduce.py)
 hold unchanged: a run whose complete record is in the folder is not submitted, and a new complete record
 replaces the older ones of its configuration when it is gathered.
 
@@ -119,8 +119,8 @@ def _torchrun() -> str:
 
 
 def batch_script(cfg, job_name: str, opts: SlurmOptions, log: Path, header: str) -> str:
-    """The batch script of one planned run (`cfg.command` set by suite.reproduce.plan_run)."""
-    from suite.recorder import REPOSITORY, repository_path
+    """The batch script of one planned run (`cfg.command` set by suite.plan.reproduce.plan_run)."""
+    from suite.run.recorder import REPOSITORY, repository_path
 
     nodes, per_node = layout(cfg.nproc, opts)
     words = shlex.split(cfg.command)
@@ -212,7 +212,7 @@ def _wait(jobs: Jobs, opts: SlurmOptions) -> set[str]:
 def _gather(jobs: Jobs, still: set[str], folder) -> tuple[dict[str, dict], list[dict]]:
     """Records of the jobs that left the queue, by command (each settled into `folder`), and the jobs whose
     record did not arrive."""
-    from suite.reproduce import Folder
+    from suite.plan.reproduce import Folder
 
     fresh_view, arrived, missing = Folder(folder.path), {}, []
     for job in [j for j in jobs.jobs if j["job"] not in still]:
@@ -230,8 +230,8 @@ def _gather(jobs: Jobs, still: set[str], folder) -> tuple[dict[str, dict], list[
 def run_plan_on_slurm(plan, results: Path, opts: SlurmOptions, fresh: bool = False):
     """Submit the plan's runs (those not done), run its other items here, wait, gather; None for a dry run,
     else (the plan's records, how many runs' records did not arrive). Interrupted on Ctrl-C."""
-    from suite.lock import one_writer
-    from suite.reproduce import Interrupted
+    from suite.plan.lock import one_writer
+    from suite.plan.reproduce import Interrupted
 
     try:
         with one_writer(results, f"reproduce {plan.name} --launcher slurm"):
@@ -246,7 +246,7 @@ def run_plan_on_slurm(plan, results: Path, opts: SlurmOptions, fresh: bool = Fal
 
 
 def _on_slurm(plan, results: Path, opts: SlurmOptions, fresh: bool):
-    from suite.reproduce import Folder, config_key, plan_run, run_local_items, same_settings
+    from suite.plan.reproduce import Folder, config_key, plan_run, run_local_items, same_settings
 
     folder, total = Folder(results), len(plan.runs) + len(plan.estimates) + len(plan.micro)
     jobs = None if opts.dry_run else Jobs(results)

@@ -12,18 +12,21 @@ peaks; state_bytes_max: the model state; comm_bytes_per_rank_step: every collect
 wire_bytes", which also depend on the group's size): an estimate may decide a card only where its estimator
 check judges that field, at the card's compositions (tests/test_sdp_fsdp.py).
 
-This module reads records only, so the report can use it without importing the training loop:
+At import this module reads records only, so the report can use it without importing the training loop:
 `compare` judges an estimate rank by rank against a run of as many steps (`python -m suite estimate
---measure`, whose run is launched by suite.estimate.compare); the report shows each estimate beside the
-measured runs of its configuration (`config_key`) with the same tolerances, per step
+--measure`, whose run `measure_beside` launches, importing the launcher only then); the report shows each
+estimate beside the measured runs of its configuration (`config_key`) with the same tolerances, per step
 (`compare_per_step`), so measured runs of any length compare.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
+from suite.config import RunConfig
 from suite.records import summary_row
 
 EXACT = 0.0
@@ -168,3 +171,34 @@ def format_comparison(rows: list[Row]) -> str:
             f"{r.quantity[:33]:<34}{rank:>5}{r.estimated:>20,.0f}{r.measured:>20,.0f}{ratio:>9}  {verdict[r.ok]}"
         )
     return "\n".join(lines)
+
+
+def measured_config(estimated: dict, cfg: RunConfig, device: str, results: str | Path) -> RunConfig:
+    """`cfg` as a real run of the estimate's steps on `device`, with the cheapest closing evaluation."""
+    return dataclasses.replace(
+        cfg,
+        device=device,
+        nproc=estimated["parallel"]["world_size"],
+        tokens=float(estimated["totals"]["tokens"]),
+        flops=None,
+        time_s=None,
+        target=None,
+        meters=True,
+        run_id=None,
+        results=str(results),
+        eval_every=estimated["totals"]["steps"] + 1,
+        eval_batches=1,
+        eval_batch=1,
+        variant=dict(cfg.variant),
+    )
+
+
+def measure_beside(estimated: dict, cfg: RunConfig, device: str, results: str | Path) -> dict:
+    """Run the estimated config for real; returns the measured record (raises if the run failed)."""
+    from suite.records import read_record
+    from suite.run.launch import launch
+
+    record = read_record(launch(measured_config(estimated, cfg, device, results)))
+    if record["status"] != "complete":
+        raise RuntimeError(f"the measured run {record['run_id']} ended {record['status']}: {record.get('error')}")
+    return record

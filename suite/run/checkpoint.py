@@ -44,8 +44,8 @@ from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
 from suite.atomic import DiskFull, atomic_write, publish_folder, temporary_folder
 from suite.config import RunConfig
-from suite.recorder import REPOSITORY
-from suite.strategy import local_tensor
+from suite.run.recorder import REPOSITORY
+from suite.run.strategy import local_tensor
 
 KEEP = 2  # checkpoints kept per run: the newest can be the one a kill interrupted while it was written
 CHECKSUMS = "checksums.json"  # every other file's size and SHA-256, verified before a checkpoint is loaded
@@ -203,7 +203,7 @@ def write_config(cfg: RunConfig) -> None:
 # ---- what a rank holds -------------------------------------------------------------------------------
 @dataclasses.dataclass
 class RunState:
-    """What a checkpoint saves and restores of one rank. The run builds it (suite/train.py), so that this
+    """What a checkpoint saves and restores of one rank. The run builds it (suite/run/train.py), so that this
     module knows the state it keeps and nothing of the training loop that holds it."""
 
     folder: Path  # the run's checkpoint folder (run_folder)

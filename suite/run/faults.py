@@ -22,11 +22,11 @@ import traceback
 
 import torch.distributed as dist
 
-from suite import checkpoint as ckpt
 from suite.config import RunConfig
-from suite.recorder import repository_path
+from suite.run import checkpoint as ckpt
+from suite.run.recorder import repository_path
 
-LAUNCHER_PID = "SUITE_LAUNCHER_PID"  # set by suite.launch for its workers: the process they must not outlive
+LAUNCHER_PID = "SUITE_LAUNCHER_PID"  # set by suite.run.launch for its workers: the process they must not outlive
 RENDEZVOUS_S = 300.0  # one machine's workers meet in seconds; one that waits this long waits for no one
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _met = threading.Event()
@@ -35,7 +35,7 @@ _met = threading.Event()
 def die_with_launcher(poll_s: float = 0.5) -> None:
     """This worker ends when its launcher does: the kernel sends SIGKILL when the parent dies (Linux's
     PR_SET_PDEATHSIG; no library does it for torchrun's workers, which run in sessions of their own), and a
-    thread watches the parent's pid everywhere else. Under suite.launch, a rendezvous that has not completed
+    thread watches the parent's pid everywhere else. Under suite.run.launch, a rendezvous that has not completed
     within RENDEZVOUS_S ends the worker too (`rendezvous_done` marks it complete)."""
     parent = int(os.environ.get(LAUNCHER_PID, os.getppid()))
     if sys.platform.startswith("linux"):

@@ -1,5 +1,5 @@
-"""Whether a verdict's records lie in the paper's regime (claims.yaml `regime`, suite/claims.py Regime), and their
-scale in a few words. suite/verdicts.py turns a paper word from records outside it into a small-scale finding."""
+"""Whether a verdict's records lie in the paper's regime (claims.yaml `regime`, suite/judge/claims.py Regime), and their
+scale in a few words. suite/judge/verdicts.py turns a paper word from records outside it into a small-scale finding."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 
 import pandas as pd
 
-from suite.claims import Bound, Claim, count_words
-from suite.metrics import Samples
+from suite.judge.claims import Bound, Claim, count_words
+from suite.judge.metrics import Samples
 
 
 def regime_rows(samples: Samples) -> pd.DataFrame:

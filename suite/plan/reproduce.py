@@ -41,18 +41,18 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 
 from suite import config
 from suite.atomic import atomic_write
-from suite.checkpoint import CheckpointError, latest, resumable_config, run_folder
-from suite.claims import ClaimsError, claims_for
 from suite.config import RunConfig, command_line
-from suite.launch import close_record, launch
-from suite.lock import one_writer
-from suite.micro import Microbench, micro_record
-from suite.multirun import launch_runs, shares_launch
-from suite.plans import Estimate, Plan
-from suite.recorder import failed_record, new_run_id, repository_path
+from suite.judge.claims import ClaimsError, claims_for
+from suite.judge.verdicts import VERDICTS, evidence_label, judge_all
+from suite.plan.lock import one_writer
+from suite.plan.micro import Microbench, micro_record
+from suite.plan.multirun import launch_runs, shares_launch
+from suite.plan.plans import Estimate, Plan
 from suite.records import FINISHED, load_records, read_record, summary_row, write_record
+from suite.run.checkpoint import CheckpointError, latest, resumable_config, run_folder
+from suite.run.launch import close_record, launch
+from suite.run.recorder import failed_record, new_run_id, repository_path
 from suite.timing import PlanTimer, render
-from suite.verdicts import VERDICTS, evidence_label, judge_all
 
 MiB = 2**20
 SUMMARY = "plan-summary.txt"  # beside the records: the table and the time breakdown of the plan's last run
@@ -219,7 +219,7 @@ def run_local_items(plan: Plan, folder: Folder, fresh: bool, before: int, total:
 
 def run_runs(plan: Plan, folder: Folder, fresh: bool, total: int) -> list[dict]:
     """The plan's runs, in order of the plan's list: skipped when done; those that may share a launch
-    (suite/multirun.py) in one launch per world size and device, the others in a launch each."""
+    (suite/plan/multirun.py) in one launch per world size and device, the others in a launch each."""
     out: dict[int, dict] = {}
     shared: dict[tuple, list[tuple[int, str, RunConfig]]] = defaultdict(list)
     for i, cfg in enumerate(plan.runs, 1):
@@ -310,7 +310,7 @@ def _run_one(cfg: RunConfig, existing: list[dict]) -> Path:
 
 def _resumable(existing: list[dict], planned: RunConfig) -> RunConfig | None:
     """The planned config continuing the newest incomplete record of the configuration from its checkpoint,
-    when the checkpoints beside it are of that very configuration (suite.checkpoint.resumable_config)."""
+    when the checkpoints beside it are of that very configuration (suite.run.checkpoint.resumable_config)."""
     for rec in sorted((r for r in existing if r["status"] == "incomplete"), key=lambda r: r["created"], reverse=True):
         try:
             return resumable_config(rec, planned)
@@ -376,7 +376,7 @@ def _projection_command(source: Path, topology: str, mfu: float, results: Path) 
 
 
 def _estimate(est: Estimate, results: Path, progress: str, processes: int | None = None) -> dict:
-    from suite.estimate import estimate
+    from suite.estimate.scale import estimate
 
     command = estimate_command(est, results)
     _say(f"[{progress}] {command}")
@@ -420,7 +420,7 @@ def run_estimate(est: Estimate, results: Path, progress: str) -> list[dict]:
 
 def _done_estimate(est: Estimate, folder: Folder, progress: str, fresh: bool) -> dict | None:
     """The estimate's complete record of this configuration, if the folder has one (and not `fresh`)."""
-    from suite.estimate import prepare
+    from suite.estimate.scale import prepare
 
     command = estimate_command(est, folder.path)
     done = None if fresh else folder.done(command, same_settings(dataclasses.asdict(prepare(est.cfg))))
@@ -453,7 +453,7 @@ def write_summary(results: Path, runs: str, timer: PlanTimer) -> str:
     return text
 
 
-# what each kind of evidence's block of the table shows, and what its numbers are (suite.verdicts.EVIDENCE)
+# what each kind of evidence's block of the table shows, and what its numbers are (suite.judge.verdicts.EVIDENCE)
 KINDS = {
     "measured (gpu)": "runs measured on GPUs",
     "measured (cpu)": "runs measured on CPUs",
@@ -492,7 +492,7 @@ COLUMNS = {
 def table(records: list[dict]) -> str:
     """The plan's runs, one block per kind of evidence (measured, counted, estimated, simulated: never mixed),
     one row per record, named by its arm's label as the report names it (what varies among the plan's arms)."""
-    from suite.report.arms import arms, key
+    from suite.report.labels import arms, key
 
     labels = {k: a.label for k, a in arms(records).items()} if records else {}
     blocks = []

@@ -20,7 +20,7 @@ def new_run_id(cfg: RunConfig) -> str:
     return f"{cfg.method}-{cfg.model}-n{cfg.nproc}-s{cfg.seed}-{stamp}-{uuid.uuid4().hex[:6]}"
 
 
-REPOSITORY = Path(__file__).resolve().parents[1]
+REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 def _git(*args: str) -> str | None:

@@ -30,10 +30,10 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 from suite.config import RunConfig
-from suite.faults import die_with_launcher
-from suite.launch import close_record, exit_text, start_workers
-from suite.recorder import new_run_id
 from suite.records import RecordError, read_record
+from suite.run.faults import die_with_launcher
+from suite.run.launch import close_record, exit_text, start_workers
+from suite.run.recorder import new_run_id
 
 
 def shares_launch(cfg: RunConfig) -> bool:
@@ -60,7 +60,7 @@ def launch_runs(runs: list[tuple[str, RunConfig]]) -> list[Path]:
             spec = Path(tmp) / "runs.json"
             spec.write_text(json.dumps([{"progress": p, "config": c.to_json()} for p, c in pending]))
             try:
-                start_workers(first.nproc, first.run_id, 0, "suite.multirun", spec)
+                start_workers(first.nproc, first.run_id, 0, "suite.plan.multirun", spec)
                 error = None
             except ChildFailedError as err:
                 rank, failure = err.get_first_failure()
@@ -91,7 +91,7 @@ def _store(index: int, timeout: dt.timedelta) -> dict:
 
 def main(spec: Path) -> None:
     """A worker of a shared launch: each run of `spec` in turn, in a world of its own."""
-    from suite.train import train  # the worker's imports, paid once for every run of the launch
+    from suite.run.train import train  # the worker's imports, paid once for every run of the launch
 
     since = None
     for index, item in enumerate(json.loads(spec.read_text())):
