@@ -2,8 +2,13 @@
 
 A reproduction is one package `reproductions/<name>/` whose `__init__.py` sets
 
-    REPRODUCTION = Reproduction(name="sdp", description="...", methods=(BlockSDP, ...), plan=plan,
-                                claims=Path(__file__).with_name("claims.yaml"), pairs=(...,))
+    REPRODUCTION = Reproduction(methods=(BlockSDP, ...), plan=plan, claims=Path(__file__).with_name("claims.yaml"),
+                                pairs=(...,))
+
+Its name is its folder's (`fl_fsdp/` is fl-fsdp) and its description the first line of the package's docstring
+(what `reproduce --list` and `nox -l` show), each written once: an in-tree declaration that repeats them is refused.
+A reproduction outside the tree may name itself (a test's module is rarely named as its reproduction is). Every
+claim card's command must name the reproduction whose claims.yaml holds it (suite/judge/claims.py).
 
 and the suite discovers it by scanning the `reproductions` package, plus the folders (or dotted modules)
 listed in the environment variable SUITE_REPRODUCTIONS, for out-of-tree work and tests (workers inherit
@@ -25,6 +30,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from suite.errors import UsageError
+
 # the in-tree package scanned for reproductions (the layout of docs/architecture.md)
 PACKAGE = "reproductions"
 ENV = "SUITE_REPRODUCTIONS"
@@ -33,7 +40,7 @@ DECLARATION = "REPRODUCTION"
 
 @dataclass(frozen=True)
 class Reproduction:
-    """What one reproduction adds; every field but the name and description is optional.
+    """What one reproduction adds; every field is optional (the name and description come from the package).
 
     methods: Strategy subclasses (each with a unique `name`); optimizers: OptimizerSpec (suite.run.optim);
     meters: Meter subclasses (suite.meters.base) run on every run where they apply; plan: preset -> Plan;
@@ -42,8 +49,8 @@ class Reproduction:
     (for what the generic pages do not draw, such as fits over microbenchmark rows).
     """
 
-    name: str
-    description: str
+    name: str = ""
+    description: str = ""
     methods: tuple[type, ...] = ()
     optimizers: tuple[Any, ...] = ()
     meters: tuple[type, ...] = ()
@@ -56,8 +63,8 @@ class Reproduction:
     module: str = field(default="", compare=False)
 
 
-class ExtensionError(ValueError):
-    """A reproduction that cannot be loaded, or two that declare the same name."""
+class ExtensionError(UsageError, ValueError):
+    """A reproduction that cannot be loaded, or two that declare the same name: one line and exit 2 from a command."""
 
 
 def _in_tree() -> list[str]:
@@ -99,7 +106,22 @@ def _load(module_name: str) -> Reproduction | None:
         return None
     if not isinstance(declared, Reproduction):
         raise ExtensionError(f"{module_name}.{DECLARATION} must be a suite.extensions.Reproduction")
-    return Reproduction(**{**declared.__dict__, "module": module_name})
+    return Reproduction(**{**declared.__dict__, **_named(module, module_name, declared), "module": module_name})
+
+
+def _named(module: Any, module_name: str, declared: Reproduction) -> dict[str, str]:
+    """The name (the folder's) and the description (the docstring's first line), each written once."""
+    where = f"{module_name}.{DECLARATION}"
+    if module_name.startswith(f"{PACKAGE}.") and (declared.name or declared.description):
+        raise ExtensionError(
+            f"{where} declares its name or description; leave both out: the folder names it and the first line of "
+            "its package docstring describes it"
+        )
+    doc = (module.__doc__ or "").strip()
+    description = declared.description or (doc.splitlines()[0] if doc else "")
+    if not description:
+        raise ExtensionError(f"{module_name} has no docstring; its first line describes the reproduction")
+    return {"name": declared.name or module_name.rpartition(".")[2].replace("_", "-"), "description": description}
 
 
 @cache

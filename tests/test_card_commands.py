@@ -10,6 +10,7 @@ import functools
 import importlib
 import json
 import re
+import shlex
 
 import pandas as pd
 import pytest
@@ -113,6 +114,13 @@ def test_every_cards_command_plans_the_arms_it_reads(name, card, monkeypatch):
         monkeypatch.setattr(sdp_plan, "step_flops", lambda model, sequences, seq_len, blocks=None: 1e12 * sequences)
     plan = load_plan(name, preset.group(1))
     assert not missing_sides(card, plan), f"{card.id}: `{card.command}` plans no {missing_sides(card, plan)}"
+
+
+@pytest.mark.parametrize("name, card", CARDS, ids=[card.id for _, card in CARDS])
+def test_every_cards_command_runs_the_reproduction_that_holds_it(name, card):
+    """A reproduction's name is written once, by its folder: a card copied from another names the wrong one."""
+    words = shlex.split(card.command or "")
+    assert words[:5] == ["python", "-m", "suite", "reproduce", name], f"{card.id}: {card.command!r} runs no {name}"
 
 
 # the CPU presets each write a results folder of their own; every card of the reproduction is judged on it

@@ -159,6 +159,30 @@ def test_a_folder_without_init_is_a_clear_error(tmp_path, monkeypatch):
         extensions.reproductions()
 
 
+def test_in_tree_reproductions_are_named_by_their_folder_and_described_by_their_docstring():
+    import ast
+
+    for name, rep in extensions.reproductions().items():
+        if not rep.module.startswith(f"{extensions.PACKAGE}."):
+            continue
+        folder = ROOT / extensions.PACKAGE / rep.module.rpartition(".")[2]
+        assert name == folder.name.replace("_", "-")
+        doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text()))
+        assert rep.description == doc.splitlines()[0]  # what nox -l shows (noxfile.py reads it without importing)
+
+
+def test_an_in_tree_declaration_that_repeats_its_name_is_refused(monkeypatch):
+    import types
+
+    module = types.ModuleType("reproductions.copied", "A copied reproduction.")
+    module.REPRODUCTION = extensions.Reproduction(name="copied")
+    monkeypatch.setitem(__import__("sys").modules, "reproductions.copied", module)
+    with pytest.raises(extensions.ExtensionError, match="leave both out: the folder names it"):
+        extensions._load("reproductions.copied")
+    module.REPRODUCTION = extensions.Reproduction()
+    assert extensions._load("reproductions.copied").name == "copied"
+
+
 def test_list_names_every_reproduction_with_its_description(toy):
     proc = run_cli(["reproduce", "--list"])
     assert proc.returncode == 0, proc.stderr

@@ -11,6 +11,7 @@ import pytest
 
 from reproductions.sdp.metrics import global_batch_setting, ratio_global_batch
 from suite.judge.claims import claims_for
+from suite.judge.sides import Sides
 from suite.plan.plans import load_plan
 
 # data-parallel replicas of each method on its world size (TP, PP and CP ranks are one replica)
@@ -99,8 +100,9 @@ def test_the_metric_pairs_runs_by_global_batch_not_micro_batch():
         "model=m seq_len=128 precision=fp32 global_batch_tokens=2048"
     )
     df = pd.DataFrame([_row("b-sdp", 8, 60.0, {"C": 0.5}), _row("pp", 16, 100.0, {"schedule": "1f1b"})])
-    args = dict(variant={"C": 0.5}, baseline_variant={"schedule": "1f1b"}, arm={"world_size": 2})
-    samples = ratio_global_batch(df, "peak_bytes_max", "b-sdp", "pp", **args, baseline_arm={"world_size": 2})
+    args = dict(method="b-sdp", baseline="pp", variant={"C": 0.5}, baseline_variant={"schedule": "1f1b"})
+    sides = Sides.of({**args, "arm": {"world_size": 2}, "baseline_arm": {"world_size": 2}})
+    samples = ratio_global_batch(df, "peak_bytes_max", sides)
     assert list(samples.values) == pytest.approx([0.6])
     other = df.assign(tokens=[40960, 81920])  # a different global batch never pairs
-    assert not len(ratio_global_batch(other, "peak_bytes_max", "b-sdp", "pp", **args).values)
+    assert not len(ratio_global_batch(other, "peak_bytes_max", Sides.of({**args, "arm": {"world_size": 2}})).values)

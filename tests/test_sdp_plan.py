@@ -16,7 +16,7 @@ from reproductions.sdp.masks import assign
 from reproductions.sdp.method import count_blocks
 from suite.config import RunConfig
 from suite.judge.claims import claims_for
-from suite.judge.metrics import _arm
+from suite.judge.sides import Side
 from suite.judge.sweeps import sweep_winners
 from suite.meters.flops import FlopMeter
 from suite.models import build_model
@@ -47,7 +47,7 @@ def _missing_arms(claims, df: pd.DataFrame) -> list[str]:
         ):
             if method is None:
                 continue
-            rows = _arm(df, method, variant, m.get("model"))
+            rows = Side(method, variant=variant, model=m.get("model")).rows(df)
             if protocol:
                 rows = rows[rows["protocol"] == protocol]
             if rows.empty:

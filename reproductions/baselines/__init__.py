@@ -18,9 +18,6 @@ _DDP, _FSDP = Config("ddp"), Config("fsdp")
 _ONE_REPLICA = (("micro_batch", 16), ("eval_every", 11))
 
 REPRODUCTION = Reproduction(
-    name="baselines",
-    description="DDP, FSDP2 and HSDP (with AC and bf16), ZeRO-1, TP, PP, CP, EP, FSDP+TP and PP+FSDP, equal tokens "
-    "(no paper claim)",
     methods=(DDP, FSDP, HSDP, Zero1, TensorParallel, Pipeline, FsdpTp, PpFsdp, ExpertParallel, ContextParallelism),
     meters=(PipelineBubble, ExpertLoad),
     optimizers=(ADAMW, MUON),

@@ -16,9 +16,6 @@ __all__ = ["REPRODUCTION", "Dion"]  # the optimizer class, importable as reprodu
 _ADAMW = Config("ddp")
 
 REPRODUCTION = Reproduction(
-    name="dion",
-    description="Dion against Muon and AdamW: optimizer-step time and bytes by rank and world size, loss at equal "
-    "tokens",
     optimizers=(DION,),
     plan=plan,
     presets=PRESETS,

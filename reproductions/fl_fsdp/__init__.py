@@ -21,8 +21,6 @@ def _baseline(name: str) -> Config:
 
 
 REPRODUCTION = Reproduction(
-    name="fl-fsdp",
-    description="FL+FSDP and FL+HSDP against FSDP and HSDP: throughput, bytes per tier, memory, perplexity",
     methods=(Federated, FLHSDP, DiLoCo, LocalSGD),
     optimizers=(SGD,),
     plan=plan,

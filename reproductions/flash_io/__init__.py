@@ -24,8 +24,6 @@ def write_report(results_dir: str | Path, out_dir: str | Path) -> Path:
 _ATTENTION = (("seq_len", 1024), ("micro_batch", 2))
 
 REPRODUCTION = Reproduction(
-    name="flash-io",
-    description="FlashAttention IO: HBM accesses of tiled vs standard attention counted; SDPA backends measured",
     methods=METHODS,
     meters=(AttentionIoMeter,),
     plan=plan,

@@ -19,8 +19,6 @@ from reproductions.merging.plan import plan
 from suite.extensions import Reproduction
 
 REPRODUCTION = Reproduction(
-    name="merging",
-    description="Soups, task arithmetic, TIES and SWA over fine-tunes of one llama-tiny: per task and held out",
     methods=(MergedDiLoCo,),
     plan=plan,
     presets=("smoke", "quality", "gpu", "swa-seeds", *AGGREGATION_PRESETS),

@@ -16,8 +16,6 @@ from suite.plan.pairs import Config, Pair
 _BSDP = Config("b-sdp", sets=(("C", 0.5),))
 
 REPRODUCTION = Reproduction(
-    name="sdp",
-    description="Subnetwork Data Parallelism against DDP: per-device memory, bytes per step and loss",
     methods=(BlockSDP, HolderShardedBlockSDP, WorkerShardedBlockSDP, BackwardBlockSDP, NeuronSDP),
     plan=plan,
     presets=tuple(PRESETS),

@@ -13,7 +13,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from suite.judge.metrics import Samples, metric, ratio, side
+from suite.judge.metrics import Samples, metric, ratio
+from suite.judge.sides import BY_SETTING, SETTING_KEYS, Pairing, Sides
+
+# ratio's pairing with the global batch in place of the per-replica micro-batch
+BY_GLOBAL_BATCH = Pairing(
+    "by seed and setting, the global batch in place of the micro-batch",
+    tuple(k for k in SETTING_KEYS if k != "micro_batch"),
+)
 
 
 def design_state(path: str) -> float:
@@ -27,24 +34,15 @@ def design_state(path: str) -> float:
     return (shared + largest) / (shared + sum(blocks))
 
 
-@metric("state-vs-design", fields=("state_bytes_max",), ratio=True)
-def state_vs_design(
-    df: pd.DataFrame,
-    field: str,
-    method: str,
-    baseline: str,
-    variant: dict | None = None,
-    model: str | list[str] | None = None,
-    arm: dict | None = None,
-    baseline_arm: dict | None = None,
-) -> Samples:
+@metric("state-vs-design", fields=("state_bytes_max",), ratio=True, pairs=BY_SETTING)
+def state_vs_design(df: pd.DataFrame, field: str, sides: Sides) -> Samples:
     """`field` of the method over the baseline's (paired as `ratio` pairs them), over the design's prediction
     for the method's run: 1 where the meter sees what the masks hold."""
-    mine = side(df, {"method": method, "variant": variant, "model": model, "arm": arm})
+    mine = sides.mine.rows(df)
     paths = mine["path"].map(lambda p: design_state(p) if isinstance(p, str) else np.nan)
     scaled = df.assign(**{field: df[field].astype(float)})
     scaled.loc[mine.index, field] = mine[field].astype(float) / paths.astype(float)
-    return ratio(scaled, field, method, baseline, variant=variant, model=model, arm=arm, baseline_arm=baseline_arm)
+    return ratio(scaled, field, sides)
 
 
 def global_batch_setting(setting: str, tokens: float, steps: float) -> str:
@@ -54,24 +52,13 @@ def global_batch_setting(setting: str, tokens: float, steps: float) -> str:
     return " ".join([*words, f"global_batch_tokens={per_step:g}"])
 
 
-@metric("ratio-global-batch", ratio=True)
-def ratio_global_batch(
-    df: pd.DataFrame,
-    field: str,
-    method: str,
-    baseline: str,
-    variant: dict | None = None,
-    baseline_variant: dict | None = None,
-    model: str | list[str] | None = None,
-    arm: dict | None = None,
-    baseline_arm: dict | None = None,
-) -> Samples:
+@metric("ratio-global-batch", ratio=True, pairs=BY_GLOBAL_BATCH)
+def ratio_global_batch(df: pd.DataFrame, field: str, sides: Sides) -> Samples:
     """`ratio`, paired by seed and the settings but the micro-batch, which is the global batch instead: B-SDP
     against tensor or pipeline parallelism at one world size. Those methods have one data replica, so each of
     their ranks reads the whole global batch (micro_batch 16 on 2 ranks) where each SDP worker reads its half
     (micro_batch 8): the same global batch and tokens, two micro-batches, which `ratio` would never pair."""
     if df.empty:
-        return ratio(df, field, method, baseline, variant, baseline_variant, model, None, None, arm, baseline_arm)
+        return ratio(df, field, sides)
     settings = [global_batch_setting(s, t, n) for s, t, n in zip(df["setting"], df["tokens"], df["steps"])]
-    rows = df.assign(setting=settings)
-    return ratio(rows, field, method, baseline, variant, baseline_variant, model, None, None, arm, baseline_arm)
+    return ratio(df.assign(setting=settings), field, sides)

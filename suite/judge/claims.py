@@ -73,7 +73,8 @@ import yaml
 from suite.atomic import NotAFile, read_regular
 from suite.errors import ClaimsError
 from suite.judge import targets  # noqa: F401  (registers the to-target metric)
-from suite.judge.metrics import METRIC_FIELDS, METRICS, QUALITY
+from suite.judge.metrics import METRIC_FIELDS, METRICS, PAIRINGS, QUALITY
+from suite.judge.sides import SPEC_KEYS, THEIRS, Sides
 
 KINDS = ("ratio", "quality", "mechanism")
 PROTOCOLS = ("tokens", "flops", "time", "target")
@@ -660,21 +661,48 @@ def _metric(e: _Entry, kind: str) -> dict[str, Any]:
     if (kind == "quality") != (name in QUALITY):
         raise e.error("metric.name", f"a {kind} claim cannot use the {name!r} metric")
     args = {k: v for k, v in spec.items() if k != "name"}
-    params = inspect.signature(METRICS[name]).parameters
-    if unknown := sorted((set(args) - set(params)) | ({"df"} & set(args)), key=str):
-        raise e.error(
-            f"metric.{unknown[0]}", f"not an argument of metric {name!r}; it takes {sorted(set(params) - {'df'})}"
-        )
-    required = [p for p, v in params.items() if p != "df" and v.default is inspect.Parameter.empty]
+    takes, required = _metric_arguments(name)
+    if unknown := sorted(set(args) - set(takes), key=str):
+        raise e.error(f"metric.{unknown[0]}", f"not an argument of metric {name!r}; it takes {sorted(takes)}")
     if missing := [p for p in required if p not in args]:
         raise e.error(f"metric.{missing[0]}", f"missing; metric {name!r} needs it")
     _check_arguments(e, "metric", args)
+    if name in PAIRINGS:
+        _check_pairing(e, name, Sides.of(args))
     fields = METRIC_FIELDS[name]
     if fields is not None and isinstance(args.get("field"), str) and not _known_field(args["field"], fields):
         raise e.error(
             "metric.field", f"{_short(args['field'])} is not a field of the records; use one of {fields} or evals.NAME"
         )
     return dict(spec)
+
+
+def _metric_arguments(name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(what a card may give metric `name`, what it must): a metric of arms takes the sides' keys (suite/judge/
+    sides.py), one of its own arguments its signature's."""
+    if (pairing := PAIRINGS.get(name)) is not None:
+        takes = SPEC_KEYS if pairing.two_sided else tuple(k for k in SPEC_KEYS if k not in THEIRS.values())
+        return takes, ("field", "method", "baseline") if pairing.two_sided else ("field", "method")
+    params = inspect.signature(METRICS[name]).parameters
+    required = tuple(p for p, v in params.items() if p != "df" and v.default is inspect.Parameter.empty)
+    return tuple(p for p in params if p != "df"), required
+
+
+def _check_pairing(e: _Entry, name: str, sides: Sides) -> None:
+    """A card whose sides fix a setting its metric pairs on to two values could never pair a run."""
+    pairing = PAIRINGS[name]
+    if (conflict := pairing.conflict(sides)) is None:
+        return
+    key, mine, theirs = conflict
+    others = sorted(
+        n for n, p in PAIRINGS.items() if p.two_sided and key not in p.keys and (n in QUALITY) == (name in QUALITY)
+    )
+    instead = f"use metric {' or '.join(repr(n) for n in others)}, which pairs otherwise, or " if others else ""
+    raise e.error(
+        "metric",
+        f"its sides can never pair: the method's side has {key}={mine}, the baseline's {key}={theirs}, and metric "
+        f"{name!r} pairs runs {pairing.how} ({', '.join(pairing.keys)}); {instead}give both sides one {key}",
+    )
 
 
 def _known_field(name: str, fields: tuple[str, ...]) -> bool:

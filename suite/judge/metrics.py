@@ -2,22 +2,25 @@
 
 A metric turns rows into one value per seed and setting: `ratio` (method / baseline, paired), `value` (one arm)
 and `quality` (both arms, unpaired); a reproduction registers its own with @metric. Each side of a comparison
-is an arm (docs/architecture.md), named by its method, optimizer, variant (method and optimizer parameters) and any
-other arm field; a side that matches two arms at one setting is an error naming both. claims.py checks a
-claim's metric and its arguments against this registry when the claims load; verdicts.py judges the samples.
+is an arm (docs/architecture.md), read from the card once as `Sides` (suite/judge/sides.py), and a metric of arms
+declares how it pairs them (`pairs`); a side that matches two arms at one setting is an error naming both.
+claims.py checks a claim's metric and its arguments against this registry when the claims load (a card whose
+sides can never pair is refused there); verdicts.py judges the samples.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from suite.arms import differences
 from suite.errors import ClaimsError
+from suite.judge.sides import BY_SETTING, MINE, ONE_SIDE, UNPAIRED, Pairing, Sides
 from suite.records import SUMMARY_FIELDS
 
 
@@ -41,8 +44,6 @@ METRICS: dict[str, Callable[..., Samples]] = {}
 
 # the fields a metric's rows carry: a claim's `field` must name one (or `evals.NAME`), checked when it is loaded
 FRAME_FIELDS = (*SUMMARY_FIELDS, "evidence", "device_name", "inter_node", "setting", "val_change_last_fifth")
-# what names one side of a comparison (docs/architecture.md): with `model`, a claim's metric names each side by these
-SIDE = ("method", "optimizer", "variant", "arm")
 
 
 def metric(
@@ -51,16 +52,20 @@ def metric(
     ratio: bool = False,
     diverged: bool = False,
     quality: bool = False,
+    pairs: Pairing | None = None,
 ) -> Callable:
     """Register a metric; `fields` are the record fields its claims may name (None: any, the metric checks);
     `ratio`: its values are method / baseline (the report draws them on the ratio axis); `diverged`: it reads
     diverged runs beside complete ones (a diverged seed never reaches a target, and saying so is a result);
     `quality`: it gives both sides' seeds (Samples.baseline) for a quality claim's test, and only quality claims
-    take it."""
+    take it; `pairs`: a metric of arms (called with the rows, the field and the card's `Sides`) and how it pairs
+    its sides' runs; None: a metric of its own arguments (a microbenchmark's items), called with them."""
 
     def register(fn: Callable[..., Samples]) -> Callable[..., Samples]:
         METRICS[name] = fn
         METRIC_FIELDS[name] = fields
+        if pairs is not None:
+            PAIRINGS[name] = pairs
         if ratio:
             RATIOS.add(name)
         if diverged:
@@ -73,51 +78,24 @@ def metric(
 
 
 METRIC_FIELDS: dict[str, tuple[str, ...] | None] = {}
+PAIRINGS: dict[str, Pairing] = {}
 RATIOS: set[str] = set()
 READS_DIVERGED: set[str] = set()
 QUALITY: set[str] = set()
 
 
-def _arm(
-    df: pd.DataFrame,
-    method: str,
-    variant: dict | None,
-    model: str | list[str] | None,
-    optimizer: str | None = None,
-    arm: dict | None = None,
-) -> pd.DataFrame:
-    """The runs of one side of a claim: its method, optimizer, method or optimizer parameters (`variant`) and any
-    other arm fields (`arm`, e.g. {world_size: 2, lr: 0.001}); `model` is one model or the list of scales a card
-    applies to. Within one setting (a calibration sweep's point) the side must be one arm: see one_arm."""
-    rows = df[df["method"] == method]
-    if model is not None:
-        rows = rows[rows["model"].isin([model] if isinstance(model, str) else model)]
-    wanted = {**(arm or {}), **({"optimizer": optimizer} if optimizer else {})}
-    if variant:
-        rows = rows[rows["variant"].map(lambda v: _matches(v, variant)).astype(bool)]
-    if wanted:
-        rows = rows[rows["arm_config"].map(lambda c: _matches(c, wanted)).astype(bool)]
-    return rows
+def apply_metric(name: str, df: pd.DataFrame, args: Mapping[str, Any]) -> Samples:
+    """Metric `name` over the rows `df` with a card's arguments: a metric of arms gets the field and the card's
+    Sides, a metric of its own arguments gets them."""
+    if name in PAIRINGS:
+        return METRICS[name](df, args["field"], Sides.of(args))
+    return METRICS[name](df, **args)
 
 
-def side(rows: pd.DataFrame, metric_spec: dict, baseline: bool = False) -> pd.DataFrame:
-    """The runs that one side of a claim's metric names: the method's side, or with `baseline` the baseline's
-    (baseline, baseline_variant, baseline_optimizer, baseline_arm)."""
-    prefix = "baseline_" if baseline else ""
-    method = metric_spec["baseline" if baseline else "method"]
-    return _arm(
-        rows,
-        method,
-        metric_spec.get(f"{prefix}variant"),
-        metric_spec.get("model"),
-        metric_spec.get(f"{prefix}optimizer"),
-        metric_spec.get(f"{prefix}arm"),
-    )
-
-
-def _matches(text: str, wanted: dict) -> bool:
-    given = json.loads(text)
-    return all(given.get(k) == v for k, v in wanted.items())
+def side(rows: pd.DataFrame, metric_spec: Mapping[str, Any], baseline: bool = False) -> pd.DataFrame:
+    """The runs that one side of a claim's metric names: the method's side, or with `baseline` the baseline's."""
+    sides = Sides.of(metric_spec)
+    return (sides.theirs if baseline else sides.mine).rows(rows)
 
 
 def one_arm(rows: pd.DataFrame, side: str) -> None:
@@ -130,7 +108,7 @@ def one_arm(rows: pd.DataFrame, side: str) -> None:
             raise ClaimsError(
                 f"{side} matches {len(keys)} arms at {setting}: {labels[0]!r} and {labels[1]!r}, which differ in "
                 f"{'; '.join(differences(first, second))}; name the side fully in claims.yaml (metric "
-                f"{', '.join(SIDE)})"
+                f"{', '.join(MINE.values())})"
             )
 
 
@@ -152,23 +130,10 @@ def _settings(series: pd.Series) -> tuple[str, ...]:
     return tuple(setting for _, setting in series.index)
 
 
-@metric("ratio", ratio=True)
-def ratio(
-    df: pd.DataFrame,
-    field: str,
-    method: str,
-    baseline: str,
-    variant: dict | None = None,
-    baseline_variant: dict | None = None,
-    model: str | list[str] | None = None,
-    optimizer: str | None = None,
-    baseline_optimizer: str | None = None,
-    arm: dict | None = None,
-    baseline_arm: dict | None = None,
-) -> Samples:
+@metric("ratio", ratio=True, pairs=BY_SETTING)
+def ratio(df: pd.DataFrame, field: str, sides: Sides) -> Samples:
     """method / baseline of `field`, paired by seed and setting (a seed fixes initialisation and data order)."""
-    mine = _arm(df, method, variant, model, optimizer, arm)
-    theirs = _arm(df, baseline, baseline_variant, model, baseline_optimizer, baseline_arm)
+    mine, theirs = sides.mine.rows(df), sides.theirs.rows(df)
     one_arm(mine, "the method's side"), one_arm(theirs, "the baseline's side")
     a, b = _per_seed(mine, field), _per_seed(theirs, field)
     keys = a.index.intersection(b.index)
@@ -186,40 +151,19 @@ def _used(rows: pd.DataFrame, samples: pd.Series) -> pd.DataFrame:
     return rows[pd.MultiIndex.from_arrays([rows["seed"], rows["setting"]]).isin(samples.index)]
 
 
-@metric("value")
-def value(
-    df: pd.DataFrame,
-    field: str,
-    method: str,
-    variant: dict | None = None,
-    model: str | list[str] | None = None,
-    optimizer: str | None = None,
-    arm: dict | None = None,
-) -> Samples:
+@metric("value", pairs=ONE_SIDE)
+def value(df: pd.DataFrame, field: str, sides: Sides) -> Samples:
     """`field` of one arm, per seed."""
-    rows = _arm(df, method, variant, model, optimizer, arm)
+    rows = sides.mine.rows(df)
     one_arm(rows, "the claim's side")
     a = _per_seed(rows, field)
     return Samples(a.to_numpy(dtype=float), rows, _settings(a))
 
 
-@metric("quality", quality=True)
-def quality(
-    df: pd.DataFrame,
-    field: str,
-    method: str,
-    baseline: str,
-    variant: dict | None = None,
-    baseline_variant: dict | None = None,
-    model: str | list[str] | None = None,
-    optimizer: str | None = None,
-    baseline_optimizer: str | None = None,
-    arm: dict | None = None,
-    baseline_arm: dict | None = None,
-) -> Samples:
+@metric("quality", quality=True, pairs=UNPAIRED)
+def quality(df: pd.DataFrame, field: str, sides: Sides) -> Samples:
     """`field` of the method's seeds and of the baseline's seeds, unpaired (compared by Welch's tests)."""
-    mine = _arm(df, method, variant, model, optimizer, arm)
-    theirs = _arm(df, baseline, baseline_variant, model, baseline_optimizer, baseline_arm)
+    mine, theirs = sides.mine.rows(df), sides.theirs.rows(df)
     one_arm(mine, "the method's side"), one_arm(theirs, "the baseline's side")
     a, b = _per_seed(mine, field), _per_seed(theirs, field)
     return Samples(

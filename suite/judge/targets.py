@@ -42,7 +42,8 @@ import numpy as np
 import pandas as pd
 
 from suite.errors import ClaimsError
-from suite.judge.metrics import Samples, metric, one_arm, side
+from suite.judge.metrics import Samples, metric, one_arm
+from suite.judge.sides import BY_SETTING, Sides
 
 FIELDS = ("tokens_to_target", "cpu_s_to_target")
 Point = tuple[float, float, float]  # (step, tokens, validation loss) of one evaluation
@@ -148,29 +149,13 @@ def _note(goal: pd.Series, sides: list[tuple[str, pd.DataFrame, pd.Series, dict]
     return f"; target {where} ({what}), reached by {reached}; {pairs} seed pair(s)"
 
 
-@metric("to-target", fields=FIELDS, ratio=True, diverged=True)
-def to_target(
-    df: pd.DataFrame,
-    field: str,
-    method: str,
-    baseline: str,
-    variant: dict | None = None,
-    baseline_variant: dict | None = None,
-    model: str | list[str] | None = None,
-    optimizer: str | None = None,
-    baseline_optimizer: str | None = None,
-    arm: dict | None = None,
-    baseline_arm: dict | None = None,
-) -> Samples:
+@metric("to-target", fields=FIELDS, ratio=True, diverged=True, pairs=BY_SETTING)
+def to_target(df: pd.DataFrame, field: str, sides: Sides) -> Samples:
     """method / baseline of the tokens (or CPU seconds) to the baseline's largest final validation loss, paired by
     seed and setting (module docstring)."""
     if field not in FIELDS:
         raise ClaimsError(f"metric to-target reads {FIELDS}, not {field!r}")
-    spec = dict(
-        method=method, baseline=baseline, variant=variant, baseline_variant=baseline_variant, model=model,
-        optimizer=optimizer, baseline_optimizer=baseline_optimizer, arm=arm, baseline_arm=baseline_arm,
-    )  # fmt: skip
-    mine, theirs = side(df, spec), side(df, spec, baseline=True)
+    mine, theirs = sides.mine.rows(df), sides.theirs.rows(df)
     one_arm(mine, "the method's side"), one_arm(theirs, "the baseline's side")
     if mine.empty or theirs.empty:
         return Samples(np.array([]), pd.concat([mine, theirs]), (), np.array([]), theirs)

@@ -30,8 +30,9 @@ import numpy as np
 import pandas as pd
 
 from suite.judge.claims import Claim, ClaimsError
-from suite.judge.metrics import METRICS, READS_DIVERGED, Samples, _per_seed, side
+from suite.judge.metrics import READS_DIVERGED, Samples, _per_seed, apply_metric, side
 from suite.judge.regime import outside_regime, regime_rows, scale_words
+from suite.judge.sides import SETTING_KEYS, Sides
 from suite.records import FINISHED
 
 ALPHA = 0.05
@@ -78,8 +79,6 @@ STRENGTH = (
 EVIDENCE = ("measured (gpu)", "measured (cpu)", "counted", "estimated", "simulated")
 # Evidence that no seed enters: the seeds of one setting give one number, counted once
 DETERMINISTIC = ("counted", "estimated")
-# Settings two arms must share to be compared (a sweep over them is a calibration, never pooled as seeds).
-SETTING_KEYS = ("model", "seq_len", "micro_batch", "grad_accum", "precision")
 # What suite/sim projects: time. Its records copy the estimate's memory and bytes, which are no projection.
 PROJECTED_FIELDS = ("wall_s", "tokens_per_s")
 
@@ -440,12 +439,9 @@ def _n_quality(samples: Samples) -> int:
 
 
 def _arms(claim: Claim) -> str:
-    """The claim's sides as a reader tells them apart: each method with the optimizer the claim names for it, as arm
-    labels write them (dion's arms are all ddp, so "ddp and ddp" said nothing; no parentheses, which the glance
-    figure drops as asides)."""
-    m = claim.metric
-    sides = ((m["method"], m.get("optimizer")), (m.get("baseline"), m.get("baseline_optimizer")))
-    return " and ".join(f"{method} {optimizer}" if optimizer else method for method, optimizer in sides if method)
+    """The claim's sides as a reader tells them apart: each method with the optimizer the claim names for it and
+    every field that sets the sides apart (dion's arms are all ddp, so "ddp and ddp" said nothing)."""
+    return Sides.of(claim.metric).labels()
 
 
 def _selected(claim: Claim, df: pd.DataFrame) -> pd.DataFrame:
@@ -493,7 +489,7 @@ def _measured_candidates(claim: Claim, rows: pd.DataFrame) -> pd.DataFrame:
 
 def _samples_of(claim: Claim, rows: pd.DataFrame, label: str, overrides: dict | None = None) -> Samples:
     args = {k: v for k, v in claim.metric.items() if k != "name"} | (overrides or {})
-    return METRICS[claim.metric["name"]](rows[rows["evidence"] == label], **args)
+    return apply_metric(claim.metric["name"], rows[rows["evidence"] == label], args)
 
 
 def seed_samples(claim: Claim, rows: pd.DataFrame) -> Samples:

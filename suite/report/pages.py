@@ -14,8 +14,8 @@ import pandas as pd
 from suite.judge.claims import Claim
 from suite.judge.verdicts import EVIDENCE, PROJECTED_FIELDS, Verdict, claim_frame, evidence_label, origin
 from suite.records import to_dataframe
-from suite.report import labels as armlib
 from suite.report import figures, frames, glance, tables
+from suite.report import labels as armlib
 from suite.report.estimates import estimates_beside, unmeasured_table
 from suite.report.figures import Chart
 from suite.report.tables import Cell, Table, css_token, fmt_bytes, fmt_number
