@@ -116,3 +116,24 @@ def test_dions_committed_sweep_gives_its_picked_rates_arm_by_arm():
     for name, picked in LR_PICKED.items():
         (winner,) = pick_winners([r for r in records if r["optimizer"]["name"] == name]).values()
         assert winner.lr == picked
+
+
+def test_one_arm_tuned_at_two_budgets_is_two_arms_named_by_their_budget():
+    """A tune at each card's horizon (dion's tune-adamw: 500 and 1,000 steps): the label shows no budget, so the
+    arms that share it are told apart by the fields they differ in, each with its own winner."""
+    from suite.arms import arm_of
+
+    records = []
+    short, long = {1e-3: 2.9, 2e-3: 2.8, 4e-3: 2.95, 8e-3: 3.1}, {1e-3: 2.7, 2e-3: 2.6, 4e-3: 2.5, 8e-3: 2.8}
+    for budget, losses in ((512_000, short), (1_024_000, long)):
+        for rec in _sweep({"ddp": losses}):
+            rec["protocol"]["budget"] = budget
+            rec["arm"] = arm_of({k: v for k, v in rec.items() if k != "arm"})
+            rec["run_id"] += f"-{budget}"
+            records.append(rec)
+    winners = pick_winners(records)
+    assert sorted(w.label.rsplit(" ", 1)[1] for w in winners.values()) == ["budget=1024000", "budget=512000"]
+    assert {w.label.rsplit(" ", 1)[1]: w.lr for w in winners.values()} == {
+        "budget=512000": 2e-3,
+        "budget=1024000": 4e-3,
+    }

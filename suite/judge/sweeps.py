@@ -9,11 +9,12 @@ the lowest or highest rate swept says nothing about the rates beyond it, so the 
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from suite.arms import arm_of, differences, label
+from suite.arms import arm_of, label
 from suite.records import FINISHED, final_val_loss, load_records
 
 
@@ -60,20 +61,30 @@ def pick_winners(records: list[dict]) -> dict[str, Winner]:
 
 
 def _trials(records: list[dict]) -> dict[str, dict[float, float]]:
-    """arm label -> rate -> final validation loss (infinite for a diverged run)."""
+    """arm name -> rate -> final validation loss (infinite for a diverged run)."""
+    configs = [{k: v for k, v in arm_of(rec)["config"].items() if k != "lr"} for rec in records]
+    names = _names(configs)
     trials: dict[str, dict[float, float]] = {}
-    configs: dict[str, dict] = {}
-    for rec in records:
-        config = {k: v for k, v in arm_of(rec)["config"].items() if k != "lr"}
-        name, lr = label(config), rec["settings"]["lr"]
-        if configs.setdefault(name, config) != config:  # the label shows the method's parameters, not the budget
-            raise ValueError(
-                f"two swept arms share the label {name!r}: {', '.join(differences(configs[name], config))}"
-            )
+    for rec, config in zip(records, configs):
+        name, lr = names[json.dumps(config, sort_keys=True, default=str)], rec["settings"]["lr"]
         if lr in trials.setdefault(name, {}):
             raise ValueError(f"{name} has two runs at lr={lr:g}: a sweep runs each rate once, on one seed")
         trials[name][lr] = _final_loss(rec)
     return trials
+
+
+def _names(configs: list[dict]) -> dict[str, str]:
+    """Each arm's name: its label, and where arms share a label (the label shows the method's parameters, not the
+    budget: one sweep at two budgets) the fields that set them apart, e.g. "ddp adamw n1 llama-tiny budget=512000"."""
+    by_label: dict[str, dict[str, dict]] = {}
+    for config in configs:
+        by_label.setdefault(label(config), {})[json.dumps(config, sort_keys=True, default=str)] = config
+    names = {}
+    for name, arms in by_label.items():
+        apart = sorted({k for a in arms.values() for b in arms.values() for k in {*a, *b} if a.get(k) != b.get(k)})
+        for key, config in arms.items():
+            names[key] = " ".join([name, *(f"{k}={config.get(k)}" for k in apart)])
+    return names
 
 
 def _final_loss(rec: dict) -> float:
