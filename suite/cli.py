@@ -15,7 +15,6 @@ import os
 import shlex
 import signal
 import sys
-import tempfile
 from pathlib import Path
 
 from suite.config import FIELDS, RunConfig, apply_sets, field_type
@@ -23,6 +22,7 @@ from suite.errors import UsageError
 from suite.evals import add_evaluate_command
 from suite.judge.claims import ClaimsError
 from suite.records import FINISHED
+from suite.run.checks import check_config, check_writable
 
 ESTIMATE_WORLD = 8  # ranks an estimate stands for unless --world-size says otherwise
 ESTIMATE_RESULTS = "results/estimates"
@@ -114,86 +114,6 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> RunConfig:
         raise UsageError(str(err)) from None
 
 
-def check_config(cfg: RunConfig, machine: bool = True) -> None:
-    """Every check that needs no worker; raises UsageError with the fix. `machine`: also against this
-    machine's memory and cores (suite/run/limits.py)."""
-    from suite import data, models
-    from suite.config import check_lr_decay, check_precision
-    from suite.run import limits, optim, protocols, strategy
-
-    try:
-        protocols.from_args(cfg.tokens, cfg.flops, cfg.time_s, cfg.target, cfg.max_tokens)
-        check_lr_decay(cfg)
-        kind = models.kind_of(cfg.model)
-        check_precision(cfg.precision)
-        method_params, _ = optim.split_variant(cfg)
-        if cfg.nproc < 1:
-            raise ValueError(f"--nproc must be at least 1, got {cfg.nproc}")
-        if cfg.max_tokens is not None and not (math.isfinite(cfg.max_tokens) and cfg.max_tokens > 0):
-            raise ValueError(f"--max-tokens must be a finite number above 0, got {cfg.max_tokens}")
-        if not 0 <= cfg.seed < 2**63:
-            raise ValueError(f"--seed must be in [0, 2**63), got {cfg.seed}")
-        if cfg.micro_batch < 1 or cfg.grad_accum < 1 or cfg.seq_len < 2:
-            raise ValueError("micro_batch and grad_accum must be >= 1 and seq_len >= 2 (--set KEY=VALUE)")
-        _check_faults(cfg)
-        limits.check(cfg, machine)
-        _check_data(cfg.data or data.default_data_for(kind), cfg.data_root)
-        strategy.get_strategy(cfg, method_params).check(cfg.nproc)
-        if cfg.evals:
-            from suite.evals import check_evals
-
-            check_evals([n for n in cfg.evals.split(",") if n])
-    except (ValueError, FileNotFoundError, ConnectionError) as err:
-        raise UsageError(str(err)) from None
-    if cfg.device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise UsageError("--device cuda but no CUDA device is visible; use --device cpu")
-        if cfg.nproc > torch.cuda.device_count():
-            raise UsageError(f"--nproc {cfg.nproc} but only {torch.cuda.device_count()} GPUs; lower --nproc")
-    _check_writable(Path(cfg.results))
-
-
-def _check_faults(cfg: RunConfig) -> None:
-    if cfg.checkpoint_every < 0 or cfg.max_restarts < 0:
-        raise ValueError("--checkpoint-every and --max-restarts must be 0 (off) or more")
-    if not cfg.collective_timeout_s > 0:
-        raise ValueError(f"--collective-timeout must be a positive number of seconds, got {cfg.collective_timeout_s}")
-    if cfg.kill_rank is not None and cfg.hang_rank is not None:
-        raise ValueError("inject one fault per run: --kill-rank or --hang-rank, not both")
-    rank = cfg.kill_rank if cfg.kill_rank is not None else cfg.hang_rank
-    if (rank is None) != (cfg.fault_step is None):
-        raise ValueError("fault injection takes both --kill-rank (or --hang-rank) R and --at-step S")
-    if rank is not None and not (0 <= rank < cfg.nproc and cfg.fault_step >= 0):
-        raise ValueError(f"--kill-rank/--hang-rank must name a worker in 0..{cfg.nproc - 1} and --at-step be >= 0")
-
-
-def _check_data(name: str, root: str | None) -> None:
-    from suite import data
-
-    if name not in data.NAMES:
-        raise ValueError(f"unknown data set {name!r}; choose one of: {', '.join(data.NAMES)}")
-    if root is not None and name in data.EMBEDDED:
-        raise ValueError(f"{name!r} is embedded and reads no data root: drop --data-root")
-    if root is not None and not Path(root).exists():
-        raise FileNotFoundError(
-            f"no data at --data-root {root!r}; download it first (see README, Data) "
-            f"or drop --data-root to use the embedded default"
-        )
-
-
-def _check_writable(folder: Path) -> None:
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-check-"):
-            pass
-    except OSError as err:
-        raise UsageError(
-            f"cannot write run records to {str(folder)!r} ({err.strerror}); choose a writable folder with --results DIR"
-        ) from None
-
-
 def resume_config(record_path: str) -> RunConfig:
     """The config of the incomplete run `record_path`, set to continue from its newest checkpoint."""
     from suite.records import RecordError, read_record
@@ -278,83 +198,11 @@ def cmd_report(args: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
-def plan_runs(results: Path, name: str) -> list[Path]:
-    """`results` and the other plan runs of reproduction `name` beside it (NAME-PRESET folders, one per preset,
-    as `reproduce` names them): one reproduction's report shows every preset's records."""
-    from suite.extensions import get_reproduction
-
-    siblings = [results.parent / f"{name}-{preset}" for preset in get_reproduction(name).presets]
-    return sorted({results, *(p for p in siblings if p.is_dir())})
-
-
 def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
-    from suite.extensions import get_reproduction
-    from suite.plan.plans import load_plan
-    from suite.plan.reproduce import Interrupted, run_plan, table, verdict_summary, write_summary
-    from suite.timing import PlanTimer, render
+    from suite.plan.command import reproduce
 
-    timer = PlanTimer()
-
-    if args.list:
-        return _list_reproductions()
-    if args.name is None:
-        raise UsageError("name a reproduction: python -m suite reproduce NAME (`--list` shows them)")
-    preset = args.preset or _default_preset()
-    try:
-        plan = load_plan(args.name, preset)
-    except ValueError as err:
-        raise UsageError(str(err)) from None
-    results = Path(args.results or f"results/runs/{args.name}-{preset}")
-    _check_writable(results)
-    on_slurm = args.launcher == "slurm"
-    from suite.plan.slurm import given
-
-    if not on_slurm and given(args):
-        raise UsageError(f"{', '.join(given(args))}: options of --launcher slurm; add it, or drop them")
-    for cfg in plan.runs:  # how the runs are kept alive; not part of what they are (config.OPERATIONAL)
-        for name, f in FIELDS.items():
-            if f.metadata["reproduce"]:
-                setattr(cfg, name, getattr(args, name))
-    for cfg in plan.runs:
-        # a cluster's nodes have the GPUs this machine (a login node) may lack
-        check_config(dataclasses.replace(cfg, device="cpu") if on_slurm else cfg, machine=not on_slurm)
-    for note in plan.notes:
-        print(f"note: {note}", file=sys.stderr)
-    missing = 0
-    try:
-        if on_slurm:
-            from suite.plan.slurm import options_from_args, run_plan_on_slurm
-
-            outcome = run_plan_on_slurm(plan, results, options_from_args(args), args.fresh)
-            if outcome is None:  # --dry-run: the scripts are printed, nothing ran
-                return 0
-            records, missing = outcome
-        else:
-            records = run_plan(plan, results, args.fresh, timer)
-    except Interrupted as err:
-        print(
-            f"{err}: the records written so far stay in {results}; "
-            "run the same command again to resume (complete records are skipped)",
-            file=sys.stderr,
-        )
-        print(render(timer.breakdown()), file=sys.stderr)
-        return 128 + err.signum
-    summary = f"{table(records)}\n\n{verdict_summary(records)}"
-    print(summary)
-    report = Path(args.report or f"reports/{args.name}")
-    with timer.item("report"):
-        try:
-            from suite.report import build_report, build_site
-
-            print(build_report(plan_runs(results, args.name), report))
-        except ImportError as err:
-            print(f"report not written: {err}", file=sys.stderr)
-        if (own := get_reproduction(args.name).report) is not None:
-            print(own(results, report))
-        if args.report is None:  # reports/NAME: the index of all reproductions (reports/index.html) follows it
-            print(build_site(report.parent))
-    print(write_summary(results, summary, timer))
-    return 0 if not missing and all(r["status"] in FINISHED for r in records) else 1
+    # the checks `run` shares are handed down: suite/plan sits below this module and imports nothing of it
+    return reproduce(args)
 
 
 GPU_CHECK = "benchmarks/gpu_check.py"  # what a GPU check's summary.json names ("what"; docs/gpu-check.md)
@@ -403,24 +251,9 @@ def cmd_verdicts(args: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
-def _list_reproductions() -> int:
-    from suite.extensions import reproductions
-
-    found = reproductions()
-    width = max((len(name) for name in found), default=0)
-    for name, rep in sorted(found.items()):
-        adds = [
-            f"{len(items)} {kind}"
-            for kind in ("methods", "optimizers", "meters", "pairs")
-            if (items := getattr(rep, kind))
-        ]
-        print(f"{name:<{width}}  {rep.description}" + (f" [{', '.join(adds)}]" if adds else ""))
-    return 0
-
-
 def cmd_micro(args: argparse.Namespace, argv: list[str]) -> int:
+    from suite.plan.items import run_micro
     from suite.plan.plans import load_plan
-    from suite.plan.reproduce import run_micro
 
     try:
         plan = load_plan(args.name, args.preset)
@@ -431,16 +264,10 @@ def cmd_micro(args: argparse.Namespace, argv: list[str]) -> int:
         known = ", ".join(items) or "none"
         raise UsageError(f"{args.name} ({args.preset}) has no microbenchmark {args.item!r}; its items: {known}")
     results = Path(args.results)
-    _check_writable(results)
+    check_writable(results)
     record = run_micro(plan, items[args.item], results, "micro")
     print(results / f"{record['run_id']}.json")
     return 0
-
-
-def _default_preset() -> str:
-    import torch
-
-    return "gpu" if torch.cuda.is_available() else "smoke"
 
 
 def _estimate_parser(sub) -> None:
@@ -540,7 +367,7 @@ def cmd_simulate(args: argparse.Namespace, argv: list[str]) -> int:
         raise UsageError(str(err)) from None
     print(format_projection(proj))
     if args.write:
-        _check_writable(Path(args.write))
+        check_writable(Path(args.write))
         sim = simulated_record(record, proj, shlex.join(["python", "-m", "suite", *argv]))
         print(write_record(sim, Path(args.write) / f"{sim['run_id']}.json"))
     return 0
@@ -566,6 +393,12 @@ def parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         "is complete); without it the plan resumes: such items are skipped",
     )
     add_settings(rep, "reproduce")  # how every run is kept alive (--checkpoint-every, --max-restarts)
+    rep.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="run nothing, write nothing: print the plan, each item's command, those --results already holds "
+        "(skipped) and the claims it judges; with --launcher slurm, the batch scripts it would submit",
+    )
     rep.add_argument(
         "--launcher",
         choices=("local", "slurm"),

@@ -20,28 +20,38 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from suite.params import Range
 
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
 LR_DECAYS = ("constant", "cosine")
 KINDS = ("arm", "seed", "record", "operational", "output")
 
 
-def check_lr_decay(cfg: RunConfig) -> None:
+# torch keeps a collective's timeout as int64 milliseconds in C++; a month is long enough
+MAX_TIMEOUT_S = 30 * 86400.0
+
+
+def _cosine_follows_the_budget(cfg: RunConfig) -> None:
     """Cosine decay follows the budget: every rank must read the same fraction, so wall time cannot drive it."""
-    if cfg.lr_decay not in LR_DECAYS:
-        raise ValueError(f"unknown lr_decay {cfg.lr_decay!r}; use --set lr_decay=constant or lr_decay=cosine")
     if cfg.lr_decay == "cosine" and cfg.time_s is not None:
         raise ValueError("lr_decay=cosine follows a tokens, flops or target budget, not --time; use constant")
-    if not 0 <= cfg.min_lr_ratio <= 1:
-        raise ValueError(f"min_lr_ratio must be in [0, 1], got {cfg.min_lr_ratio}")
 
 
-def check_precision(precision: str) -> None:
-    if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}; use --precision {', '.join(PRECISIONS)}")
+def _one_fault(cfg: RunConfig) -> None:
+    """A fault injection names one worker of this run and the step it happens at."""
+    if cfg.kill_rank is not None and cfg.hang_rank is not None:
+        raise ValueError("inject one fault per run: --kill-rank or --hang-rank, not both")
+    rank = cfg.kill_rank if cfg.kill_rank is not None else cfg.hang_rank
+    if (rank is None) != (cfg.fault_step is None):
+        raise ValueError("fault injection takes both --kill-rank (or --hang-rank) R and --at-step S")
+    if rank is not None and not (0 <= rank < cfg.nproc and cfg.fault_step >= 0):
+        raise ValueError(f"--kill-rank/--hang-rank must name a worker in 0..{cfg.nproc - 1} and --at-step be >= 0")
 
 
 def setting(
@@ -58,13 +68,18 @@ def setting(
     choices: tuple[str, ...] | None = None,
     metavar: str | None = None,
     factory: Any = None,
+    within: Range | None = None,
+    allowed: tuple[str, ...] | None = None,
+    requires: Callable[[RunConfig], None] | None = None,
 ) -> Any:
     """One RunConfig field with what the command line, the record and the arm need to know of it.
 
     flag: its own command-line flag (otherwise `--set NAME=VALUE`); type: the flag's type where the default is
     None; group: the help section it is listed in; estimate: whether `estimate` takes it (an estimate runs a fixed
     number of steps on fake tensors: no budget, device, meters or evaluation); reproduce: whether `reproduce`
-    passes it to every run of a plan; settable: whether `--set` may change it."""
+    passes it to every run of a plan; settable: whether `--set` may change it. The checks (check_settings):
+    within, the range a number must lie in; allowed, the values a text may take (checked with the fix named, where
+    `choices` makes the flag's parser refuse them); requires, a check of what this setting needs of the others."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     meta = {
@@ -78,6 +93,9 @@ def setting(
         "settable": settable,
         "choices": choices,
         "metavar": metavar,
+        "within": within,
+        "allowed": allowed,
+        "requires": requires,
     }
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
@@ -92,7 +110,7 @@ FAULTS = "checkpoints and faults (docs/faults.md)"
 class RunConfig:
     method: str = setting("ddp", "a baseline (ddp, fsdp, hsdp) or a method", settable=False)
     model: str = setting("llama-tiny", "model name (suite/models)", flag="--model")
-    nproc: int = setting(2, "workers on this machine", flag="--nproc")
+    nproc: int = setting(2, "workers on this machine", flag="--nproc", within=Range(1))
     device: str = setting("cpu", "cpu (gloo) or cuda (NCCL)", flag="--device", choices=("cpu", "cuda"), estimate=False)
     # budget: exactly one of tokens / flops / time_s / target (target runs stop at max_tokens at the latest)
     tokens: float | None = setting(
@@ -110,15 +128,25 @@ class RunConfig:
         type=float,
         group=BUDGET,
         estimate=False,
+        within=Range(0, low_open=True),  # a cross-entropy
     )
     max_tokens: float | None = setting(
-        2_000_000, "token cap of a --target run", flag="--max-tokens", type=float, estimate=False
+        2_000_000,
+        "token cap of a --target run",
+        flag="--max-tokens",
+        type=float,
+        estimate=False,
+        within=Range(0, low_open=True),
     )
-    seed: int = setting(0, "seed of initialisation and data order", kind="seed", flag="--seed")
+    seed: int = setting(
+        0, "seed of initialisation and data order", kind="seed", flag="--seed", within=Range(0, 2**63, high_open=True)
+    )
     results: str = setting("results/runs", "folder for the run record", kind="output", flag="--results", settable=False)
     # composition with any method
     ac: bool = setting(False, "activation checkpointing of every block", flag="--ac")
-    precision: str = setting("fp32", "fp32, bf16, fp16 (with a loss scaler) or fp8 (emulated)", flag="--precision")
+    precision: str = setting(
+        "fp32", "fp32, bf16, fp16 (with a loss scaler) or fp8 (emulated)", flag="--precision", allowed=PRECISIONS
+    )
     optimizer: str = setting("adamw", "an optimizer (adamw, muon, dion, ...)", flag="--optimizer")
     # optimisation
     lr: float = setting(3e-3, "peak learning rate")
@@ -126,13 +154,18 @@ class RunConfig:
     betas: tuple[float, float] = setting((0.9, 0.95), "Adam betas, as b1,b2")
     warmup_steps: int = setting(10, "linear warmup steps")
     # constant after warmup, or cosine over the budget (fraction of tokens or FLOPs spent) down to min_lr_ratio
-    lr_decay: str = setting("constant", "constant or cosine (over the budget) after warmup")
-    min_lr_ratio: float = setting(0.1, "cosine's final learning rate over the peak")
+    lr_decay: str = setting(
+        "constant",
+        "constant or cosine (over the budget) after warmup",
+        allowed=LR_DECAYS,
+        requires=_cosine_follows_the_budget,
+    )
+    min_lr_ratio: float = setting(0.1, "cosine's final learning rate over the peak", within=Range(0, 1))
     grad_clip: float = setting(1.0, "gradient norm clipping")
     # batch: global batch = data-parallel replicas x micro_batch x grad_accum sequences
-    micro_batch: int = setting(8, "sequences per rank per micro-step")
-    grad_accum: int = setting(1, "micro-steps per optimizer step")
-    seq_len: int = setting(128, "tokens per sequence")
+    micro_batch: int = setting(8, "sequences per rank per micro-step", within=Range(1))
+    grad_accum: int = setting(1, "micro-steps per optimizer step", within=Range(1))
+    seq_len: int = setting(128, "tokens per sequence", within=Range(2))
     # data and evaluation
     data: str | None = setting(
         help="text (embedded), stdlib (embedded, 11 MB), stdlib-AREA (a library area), fineweb, fineweb-edu, digits "
@@ -147,9 +180,9 @@ class RunConfig:
         type=str,
         estimate=False,
     )
-    eval_every: int = setting(50, "steps between validation evaluations")
-    eval_batches: int = setting(4, "validation batches per evaluation")
-    eval_batch: int = setting(8, "sequences per validation batch")
+    eval_every: int = setting(50, "steps between validation evaluations", within=Range(1))
+    eval_batches: int = setting(4, "validation batches per evaluation", within=Range(1))
+    eval_batch: int = setting(8, "sequences per validation batch", within=Range(1))
     evals: str = setting(
         "",
         "lm-eval tasks on the final model (rank 0): local (heldout_next) or hub names; image runs add top1",
@@ -183,7 +216,7 @@ class RunConfig:
     mem_step: int = setting(2, "the first step memory is tracked on")
     comm_step: int = setting(2, "the first step collectives are counted on")
     clock_warmup: int = setting(2, "steps before the clock starts")
-    log_every: int = setting(10, "steps between progress lines", kind="record")
+    log_every: int = setting(10, "steps between progress lines", kind="record", within=Range(1))
     # checkpoints and faults (suite/run/checkpoint.py, docs/faults.md): a checkpoint every
     # checkpoint_every steps (0: none); torchrun restarts the workers from the last one up to max_restarts
     # times; a collective that waits longer than collective_timeout_s fails the run instead of hanging it
@@ -196,6 +229,7 @@ class RunConfig:
         reproduce=True,
         metavar="STEPS",
         estimate=False,
+        within=Range(0, text="0 (off) or more"),
     )
     checkpoint_dir: str = setting("checkpoints", "folder of the checkpoints", kind="operational", estimate=False)
     max_restarts: int = setting(
@@ -206,6 +240,7 @@ class RunConfig:
         group=FAULTS,
         reproduce=True,
         estimate=False,
+        within=Range(0, text="0 (off) or more"),
     )
     collective_timeout_s: float = setting(
         600.0,
@@ -215,6 +250,9 @@ class RunConfig:
         group=FAULTS,
         metavar="SECONDS",
         estimate=False,
+        within=Range(
+            0, MAX_TIMEOUT_S, low_open=True, text=f"a positive, finite number of seconds up to {MAX_TIMEOUT_S:g}"
+        ),
     )
     # fault injection, for tests and demonstrations: worker kill_rank dies (hang_rank stops answering) as it
     # starts step fault_step, in the first attempt only
@@ -226,6 +264,7 @@ class RunConfig:
         group=FAULTS,
         metavar="R",
         estimate=False,
+        requires=_one_fault,
     )
     hang_rank: int | None = setting(
         help="fault injection: worker R stops answering",
@@ -235,6 +274,7 @@ class RunConfig:
         group=FAULTS,
         metavar="R",
         estimate=False,
+        requires=_one_fault,
     )
     fault_step: int | None = setting(
         help="the step a fault happens at",
@@ -244,6 +284,7 @@ class RunConfig:
         group=FAULTS,
         metavar="S",
         estimate=False,
+        requires=_one_fault,
     )
     # continue from the newest checkpoint (`run --resume`, torchrun's restarts)
     resume: bool = setting(False, kind="operational", settable=False, estimate=False)
@@ -267,6 +308,26 @@ class RunConfig:
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
+
+
+def check_settings(cfg: RunConfig) -> None:
+    """Every setting's declared checks (setting(within=, allowed=, requires=)); ValueError naming the fix."""
+    requirements: list[Callable[[RunConfig], None]] = []
+    for name, f in FIELDS.items():
+        value, meta = getattr(cfg, name), f.metadata
+        shown = meta["flag"] or name
+        fix = "" if meta["flag"] else f" (--set {name}=N)"
+        if value is not None and meta["allowed"] is not None and value not in meta["allowed"]:
+            use = f"--set {name}=" if not meta["flag"] else f"{meta['flag']} "
+            raise ValueError(f"unknown {name} {value!r}; use {use}{', '.join(meta['allowed'])}")
+        if value is not None and meta["within"] is not None and not meta["within"].contains(value):
+            unit = f" of {meta['metavar'].lower()}" if meta["metavar"] else ""
+            finite = "" if math.isfinite(value) or meta["within"].text else f"a finite number{unit} "
+            raise ValueError(f"{shown} must be {finite}{meta['within'].words()}, got {value}{fix}")
+        if meta["requires"] is not None and meta["requires"] not in requirements:
+            requirements.append(meta["requires"])
+    for requirement in requirements:
+        requirement(cfg)
 
 
 def kind_of(name: str) -> str:

@@ -1,11 +1,11 @@
 """Where a plan's wall time went: launches, imports, set-up, steps (timed, metered, warm-up), evaluation,
 estimates, projections, the report.
 
-The plan (suite/plan/reproduce.py) times each item it does here; each training run's record adds, from rank 0,
-what its worker spent before the run, on set-up, on each kind of step and on evaluation (the record's
-`timing`, suite/run/train.py), so a launch's wall time splits into what the workers did and what the launch
-itself cost (starting torchrun and the workers, tearing them down, settling records). Items the plan skipped
-(complete records already there) cost nothing and are counted apart.
+The plan (suite/plan/command.py, and the launcher that runs it) times each item it does here; each training run's
+record adds, from rank 0, what its worker spent before the run, on set-up, on each kind of step and on evaluation (the
+record's `timing`, suite/run/train.py), so a launch's wall time splits into what the workers did and what the launch
+itself cost (starting torchrun and the workers, tearing them down, settling records). Items the plan skipped (complete
+records already there) cost nothing and are counted apart.
 """
 
 from __future__ import annotations

@@ -78,8 +78,9 @@ def runs(tmp_path_factory) -> Runs:
 
 def _shared_records(folder: Path, commands: list[tuple[str, ...]], tail: list[str]) -> dict[tuple[str, ...], dict]:
     """The record of each command, every run of one world size in one launch (suite/plan/multirun.py)."""
-    from suite.cli import check_config, config_from_args, parser
+    from suite.cli import config_from_args, parser
     from suite.plan.multirun import launch_runs
+    from suite.run.checks import check_config
 
     by_world: dict[int, list] = {}
     for i, args in enumerate(dict.fromkeys(commands)):

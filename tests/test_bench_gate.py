@@ -18,7 +18,7 @@ from benchmarks import gate
 from benchmarks.bare_loop import BARE_LOOP
 from benchmarks.measure import PairMeter, RecordClock, RoundPolicy
 from benchmarks.pairs import PAIRS, Config, Pair, selected
-from suite.cli import check_config
+from suite.run.checks import check_config
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE, FAST, SLOW = Config("ddp"), Config("fsdp"), Config("ddp", ac=True)

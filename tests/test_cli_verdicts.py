@@ -1,11 +1,11 @@
 """`python -m suite verdicts` over the committed results gives each card the word its committed report gives
 (issue 41 item 10).
 
-A report (reports/NAME) is built from its reproduction's plan runs, results/NAME-PRESET (suite.cli.plan_runs; the
-rebuild in tests/test_committed_reports.py). results/gpu is no plan run: it holds a GPU check's records
-(benchmarks/gpu_check.py, docs/gpu-check.md: runs shortened to 20 steps and items cut at each step's share of
-a 480 s budget), a check of the machinery on a GPU node. No report reads it, so `verdicts` over a folder above it
-leaves it out and says so; named itself, it is judged like any folder.
+A report (reports/NAME) is built from its reproduction's plan runs, results/NAME-PRESET (suite.plan.command.plan_runs;
+the rebuild in tests/test_committed_reports.py). results/gpu is no plan run: it holds a GPU check's records
+(benchmarks/gpu_check.py, docs/gpu-check.md: runs shortened to 20 steps and items cut at each step's share of a 480 s
+budget), a check of the machinery on a GPU node. No report reads it, so `verdicts` over a folder above it leaves it
+out and says so; named itself, it is judged like any folder.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ import pytest
 
 from benchmarks import gpu_check
 from suite import cli
-from suite.cli import main, plan_runs
+from suite.cli import main
 from suite.judge.verdicts import verdict_rows
+from suite.plan.command import plan_runs
 from suite.records import load_records
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from suite.cli import plan_runs
 from suite.extensions import get_reproduction
+from suite.plan.command import plan_runs
 from suite.report import build_report, build_site
 from tests.test_report import Page
 

@@ -28,9 +28,9 @@ from reproductions.flash_io.micro import (
 from suite.config import RunConfig
 from suite.meters.flops import FlopMeter
 from suite.models import build_model
+from suite.plan.items import run_micro
 from suite.plan.micro import Microbench, micro_record
 from suite.plan.plans import load_plan
-from suite.plan.reproduce import run_micro
 from suite.records import read_record
 
 

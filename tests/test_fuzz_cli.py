@@ -178,6 +178,7 @@ def guarded(monkeypatch):
     import suite.estimate.scale
     import suite.evals.harness
     import suite.evals.vision
+    import suite.plan.items
     import suite.plan.reproduce
     import suite.run.launch
     import suite.run.train
@@ -185,7 +186,7 @@ def guarded(monkeypatch):
     monkeypatch.setattr(suite.run.launch, "launch", _launch)
     monkeypatch.setattr(suite.run.train, "train", _stop)
     monkeypatch.setattr(suite.plan.reproduce, "run_plan", _stop)
-    monkeypatch.setattr(suite.plan.reproduce, "run_micro", _stop)
+    monkeypatch.setattr(suite.plan.items, "run_micro", _stop)
     monkeypatch.setattr(suite.estimate.scale, "estimate", _stop)
     monkeypatch.setattr(suite.evals.harness, "run_evals", _stop)
     monkeypatch.setattr(suite.evals.vision, "image_accuracy", _stop)

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from reproductions.merging import aggregation_plan as agg
-from suite.cli import check_config
 from suite.judge.claims import claims_for
 from suite.judge.sweeps import sweep_winners
 from suite.plan.plans import load_plan
+from suite.run.checks import check_config
 
 TUNED = Path(__file__).parents[1] / "results" / "merging-aggregation-tune"
 

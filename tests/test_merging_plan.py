@@ -21,7 +21,6 @@ from reproductions.merging.plan import (
 )
 from reproductions.merging.plan import TASKS as PLANNED
 from reproductions.merging.step import MERGES, merge_item
-from suite.cli import check_config
 from suite.evals.model_file import save_checkpoint, trajectory_path
 from suite.judge.claims import claims_for
 from suite.judge.verdicts import claim_frame, judge_all
@@ -30,6 +29,7 @@ from suite.plan.micro import micro_record
 from suite.plan.plans import load_plan
 from suite.records import read_record, write_record
 from suite.report.glance import metric_sides
+from suite.run.checks import check_config
 from suite.run.optim import lr_schedule
 
 SMALL = {"dim": 32, "n_layers": 1, "n_heads": 2, "n_kv_heads": 2, "ffn_dim": 64, "max_seq_len": 64}

@@ -13,8 +13,10 @@ import pytest
 
 from suite.config import RunConfig
 from suite.plan import reproduce
+from suite.plan.folder import config_key
 from suite.plan.micro import Microbench
 from suite.plan.plans import Estimate, Plan
+from suite.plan.summary import table
 from suite.records import load_records, read_record, write_record
 from suite.run.recorder import failed_record
 
@@ -71,7 +73,7 @@ def _by_method(folder: Path) -> dict[str, list[dict]]:
 
 
 def test_the_key_is_the_command_without_its_folder():
-    key = reproduce.config_key
+    key = config_key
     assert key("python -m suite run ddp --seed 1 --results a/b") == key("python -m suite run ddp --seed 1 --results /x")
     assert key("python -m suite run ddp --seed 1 --results a") != key("python -m suite run ddp --seed 2 --results a")
     assert key("python -m suite simulate a/est-1.json --topology T --write a") == key(
@@ -190,5 +192,5 @@ def test_a_diverged_run_is_finished_not_run_again(launched, tmp_path, capsys):
     second = reproduce.run_plan(_plan(), tmp_path)
     assert launched.launched == ["ddp", "fsdp"]
     assert f"skip [2/3] {first[1]['command']}: diverged record {first[1]['_path']}" in capsys.readouterr().err
-    (fsdp,) = [line for line in reproduce.table(second).splitlines() if line.startswith("fsdp")]
+    (fsdp,) = [line for line in table(second).splitlines() if line.startswith("fsdp")]
     assert fsdp.endswith("diverged")

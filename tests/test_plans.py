@@ -11,8 +11,9 @@ import pytest
 from suite.cli import config_from_args, parser
 from suite.config import RunConfig, command_line
 from suite.extensions import reproductions
+from suite.plan.items import run_estimate
 from suite.plan.plans import Estimate, Plan, load_plan
-from suite.plan.reproduce import run_estimate, run_plan
+from suite.plan.reproduce import run_plan
 from suite.records import read_record, validate
 from suite.run.optim import split_variant
 from suite.run.strategy import get_strategy
@@ -65,7 +66,7 @@ def _estimated(rec: dict) -> dict:
 
 @pytest.mark.slow
 def test_estimates_side_by_side_equal_estimates_in_turn(tmp_path):
-    """A plan's estimates run one per core (suite.plan.reproduce._estimates); each equals the estimate made alone."""
+    """A plan's estimates run one per core (suite.plan.items._estimates); each equals the estimate made alone."""
     ests = [
         Estimate(RunConfig(method=m, model="llama-tiny", nproc=4, micro_batch=2, seq_len=64, variant=v), 2)
         for m, v in (("ddp", {}), ("b-sdp", {"C": 0.5}))

@@ -13,10 +13,10 @@ import json
 import pandas as pd
 import pytest
 
-from suite.cli import check_config
 from suite.judge.claims import claims_for
 from suite.judge.metrics import side
 from suite.plan.plans import load_plan
+from suite.run.checks import check_config
 from tests.test_card_commands import planned_row
 
 # the quality cards issue 26 names, by reproduction (the time-to-target cards read the same arms)

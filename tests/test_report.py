@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from suite.cli import plan_runs
 from suite.judge.claims import load_claims
+from suite.plan.command import plan_runs
 from suite.records import load_records
 from suite.report import build_report, build_report_for
 from suite.report.labels import arms

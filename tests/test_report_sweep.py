@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from suite.records import load_records
-from suite.report import labels as armlib
 from suite.report import figures, frames
+from suite.report import labels as armlib
 
 TUNE = Path(__file__).parents[1] / "results" / "fl-fsdp-tune"
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from suite.judge.claims import load_claims
-from suite.plan import reproduce
+from suite.plan import summary
 from tests.report_fixtures import SDP_CLAIMS_YAML, make_record
 
 LONG = {"C": 0.5, "K": 4, "aggregation": "groups", "fsdp": "worker+ac+bf16"}  # one value each: labels leave them out
@@ -25,7 +25,7 @@ def _blocks(text: str) -> dict[str, list[str]]:
 
 
 def test_rows_are_arms_in_aligned_columns_one_block_per_kind_of_evidence():
-    blocks = _blocks(reproduce.table(_plan_records()))
+    blocks = _blocks(summary.table(_plan_records()))
     assert list(blocks) == ["measured (cpu)", "estimated", "simulated"]
     for title, header, rule, *rows in blocks.values():
         assert len(rule) == len(header) and all(len(row) == len(header) for row in rows), title
@@ -41,7 +41,7 @@ def test_rows_are_arms_in_aligned_columns_one_block_per_kind_of_evidence():
 
 
 def test_estimates_show_no_time_and_projections_say_theirs_is_projected():
-    blocks = _blocks(reproduce.table(_plan_records()))
+    blocks = _blocks(summary.table(_plan_records()))
     estimated, simulated = "\n".join(blocks["estimated"]), "\n".join(blocks["simulated"])
     assert "tokens/s" not in estimated and "107,205" not in estimated and "peak MiB/rank" in estimated
     assert "projected tokens/s" in blocks["simulated"][1] and "not measured" in blocks["simulated"][0]
@@ -50,6 +50,6 @@ def test_estimates_show_no_time_and_projections_say_theirs_is_projected():
 
 def test_the_verdicts_are_counted_after_the_table(tmp_path, monkeypatch):
     (tmp_path / "claims.yaml").write_text(SDP_CLAIMS_YAML)
-    monkeypatch.setattr(reproduce, "claims_for", lambda name: load_claims(tmp_path / "claims.yaml"))
-    line = reproduce.verdict_summary(_plan_records())
+    monkeypatch.setattr(summary, "claims_for", lambda name: load_claims(tmp_path / "claims.yaml"))
+    line = summary.verdict_summary(_plan_records())
     assert line.startswith("verdicts of sdp: reproduced ") and "not testable here 1" in line

@@ -21,8 +21,8 @@ from suite.cli import main
 from suite.config import RunConfig
 from suite.errors import UsageError
 from suite.plan import slurm
+from suite.plan.folder import config_key, plan_run
 from suite.plan.plans import load_plan
-from suite.plan.reproduce import config_key, plan_run
 from suite.records import load_records, write_record
 from suite.run.recorder import REPOSITORY, failed_record
 from tests.conftest import run_cli
@@ -188,5 +188,6 @@ def test_stand_in_sbatch_runs_the_script_and_the_record_lands(tiny, tmp_path):
 
 
 def test_slurm_options_without_the_slurm_launcher_are_refused(tiny, tmp_path, capsys):
-    assert main(["reproduce", "test-plan", "--results", str(tmp_path), "--dry-run", "--nodes", "2"]) == 2
-    assert "--dry-run, --nodes: options of --launcher slurm" in capsys.readouterr().err
+    # --dry-run is both launchers' now (tests/test_reproduce_launchers.py), so --partition stands beside --nodes
+    assert main(["reproduce", "test-plan", "--results", str(tmp_path), "--partition", "gpu", "--nodes", "2"]) == 2
+    assert "--nodes, --partition: options of --launcher slurm" in capsys.readouterr().err

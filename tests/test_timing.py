@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from suite.plan.reproduce import SUMMARY, write_summary
+from suite.plan.summary import SUMMARY, write_summary
 from suite.timing import PHASES, PlanTimer
 
 

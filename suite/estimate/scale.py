@@ -79,7 +79,7 @@ def estimate(
     classed (suite/estimate/classes.py) and one rank per class is stepped, one more checked; if a check fails,
     every rank is stepped. ranks="all" steps every rank. `processes`: how many processes may step ranks at once
     where every rank is stepped (default: one per core; 1 where estimates already run side by side,
-    suite/plan/reproduce.py).
+    suite/plan/items.py).
     """
     if ranks not in RANK_POLICIES:
         raise ValueError(f"ranks must be one of {', '.join(RANK_POLICIES)}, got {ranks!r}")

@@ -3,22 +3,23 @@ their records gathered from the plan's results folder (a filesystem the nodes sh
 
 Each script starts one torchrun per node with srun; the torchruns meet at a c10d rendezvous on the job's
 first node and run `python -m suite run` with the run's own arguments, from the repository (`--chdir`), so
-the record names the same command as a local run would and the plan's resume rules (suite/plan/reproduce.py)
-hold unchanged: a run whose complete record is in the folder is not submitted, and a new complete record
-replaces the older ones of its configuration when it is gathered.
+the record names the same command as a local run would and the plan's resume rules (suite/plan/folder.py,
+shared with the local launcher) hold unchanged: a run whose complete record is in the folder is not submitted,
+and a new complete record replaces the older ones of its configuration when it is gathered.
 
 Rank 0 picks the run id when the run starts, so a record is found by its command: a job's record is the
 one of its configuration that was not in the folder when the job was submitted. The jobs submitted and not
 yet gathered are kept in `slurm/jobs.jsonl` under the results folder, so that running the same command again
 (after a timeout, or after this process was stopped) waits for jobs still in the queue instead of
 submitting their runs twice, and gathers the records of those that ended meanwhile.
-Estimates and microbenchmark items need no cluster: they run in this process while the jobs wait.
+Estimates and microbenchmark items need no cluster: they run in this process while the jobs wait
+(suite/plan/items.py). SlurmLauncher is this launcher behind the interface both launchers share
+(suite/plan/launchers.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import getpass
 import json
 import shlex
@@ -27,11 +28,18 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from suite.atomic import atomic_write, write_text
+from suite.config import RunConfig
 from suite.errors import UsageError
+from suite.plan.folder import Folder, Interrupted, config_key, done_run, item_count, plan_run
+from suite.plan.items import run_items_here
+from suite.plan.lock import one_writer
+from suite.plan.plans import Plan
+from suite.timing import PlanTimer
 
 JOBS = "jobs.jsonl"
 
@@ -46,12 +54,10 @@ class SlurmOptions:
     port: int = 29500  # the rendezvous port on each job's first node
     poll_s: float = 30.0
     timeout_s: float | None = None  # how long to wait for the jobs; None: until they leave the queue
-    dry_run: bool = False
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("--launcher slurm (docs/plans.md)")
-    g.add_argument("--dry-run", action="store_true", help="print the batch scripts; submit nothing, run nothing")
     g.add_argument("--nodes", type=int, help="nodes per run (default: workers / --gpus-per-node)")
     g.add_argument("--gpus-per-node", type=int, help="workers (GPUs) per node (default: a run's workers on one node)")
     g.add_argument("--partition", help="#SBATCH --partition")
@@ -66,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def given(args: argparse.Namespace) -> list[str]:
     """The --launcher slurm options given on the command line (with the local launcher they would do nothing)."""
-    defaults = {"dry_run": False, "nodes": None, "gpus_per_node": None, "partition": None, "slurm_time": None}
+    defaults = {"nodes": None, "gpus_per_node": None, "partition": None, "slurm_time": None}
     defaults |= {"account": None, "rdzv_port": SlurmOptions.port, "poll": SlurmOptions.poll_s, "wait_timeout": None}
     flags = {"slurm_time": "time", "poll": "poll", "wait_timeout": "wait-timeout"}
     return [f"--{flags.get(k, k).replace('_', '-')}" for k, v in defaults.items() if getattr(args, k) != v]
@@ -82,7 +88,6 @@ def options_from_args(args: argparse.Namespace) -> SlurmOptions:
         port=args.rdzv_port,
         poll_s=args.poll,
         timeout_s=args.wait_timeout,
-        dry_run=args.dry_run,
     )
     for name in ("nodes", "gpus_per_node"):
         if getattr(opts, name) is not None and getattr(opts, name) < 1:
@@ -118,8 +123,8 @@ def _torchrun() -> str:
     return str(beside) if beside.exists() else "torchrun"
 
 
-def batch_script(cfg, job_name: str, opts: SlurmOptions, log: Path, header: str) -> str:
-    """The batch script of one planned run (`cfg.command` set by suite.plan.reproduce.plan_run)."""
+def batch_script(cfg: RunConfig, job_name: str, opts: SlurmOptions, log: Path, header: str) -> str:
+    """The batch script of one planned run (`cfg.command` set by suite.plan.folder.plan_run)."""
     from suite.run.recorder import REPOSITORY, repository_path
 
     nodes, per_node = layout(cfg.nproc, opts)
@@ -209,11 +214,9 @@ def _wait(jobs: Jobs, opts: SlurmOptions) -> set[str]:
         time.sleep(opts.poll_s if deadline is None else max(0.0, min(opts.poll_s, deadline - time.monotonic())))
 
 
-def _gather(jobs: Jobs, still: set[str], folder) -> tuple[dict[str, dict], list[dict]]:
+def _gather(jobs: Jobs, still: set[str], folder: Folder) -> tuple[dict[str, dict], list[dict]]:
     """Records of the jobs that left the queue, by command (each settled into `folder`), and the jobs whose
     record did not arrive."""
-    from suite.plan.reproduce import Folder
-
     fresh_view, arrived, missing = Folder(folder.path), {}, []
     for job in [j for j in jobs.jobs if j["job"] not in still]:
         before = {str(folder.path / name) for name in job["before"]}
@@ -227,15 +230,44 @@ def _gather(jobs: Jobs, still: set[str], folder) -> tuple[dict[str, dict], list[
     return arrived, missing
 
 
-def run_plan_on_slurm(plan, results: Path, opts: SlurmOptions, fresh: bool = False):
-    """Submit the plan's runs (those not done), run its other items here, wait, gather; None for a dry run,
-    else (the plan's records, how many runs' records did not arrive). Interrupted on Ctrl-C."""
-    from suite.plan.lock import one_writer
-    from suite.plan.reproduce import Interrupted
+@dataclass
+class SlurmLauncher:
+    """One batch job per run, the plan's other items here (the interface: suite.plan.launchers.Launcher)."""
 
+    opts: SlurmOptions
+    on_this_machine = False  # the runs go to the cluster's nodes, whose GPUs this machine (a login node) may lack
+
+    def run(self, plan: Plan, results: Path, fresh: bool, timer: PlanTimer) -> tuple[list[dict], int]:
+        """The plan's records and how many runs' records did not arrive."""
+        return run_plan_on_slurm(plan, results, self.opts, fresh, timer)
+
+    def dry_run(self, plan: Plan, results: Path, fresh: bool) -> None:
+        """Print the batch script of each run that would be submitted; submit, run and write nothing."""
+        folder, total = Folder(results), item_count(plan)
+        planned = [plan_run(cfg, results) for cfg in plan.runs]
+
+        def show(index: int, cfg: RunConfig) -> None:
+            path, script = _script(plan, cfg, index, total, self.opts, results)
+            print(f"# ---- {path}\n{script}")
+
+        _each_run(planned, total, folder, fresh, {}, show)
+        if plan.estimates or plan.micro:
+            print(f"# and here, not on the cluster: {_here(plan)} estimates and microbenchmark items")
+
+
+def _here(plan: Plan) -> int:
+    """How many of the plan's items run in this process, not on the cluster (suite/plan/items.py)."""
+    return len(plan.estimates) + len(plan.micro)
+
+
+def run_plan_on_slurm(
+    plan: Plan, results: Path, opts: SlurmOptions, fresh: bool = False, timer: PlanTimer | None = None
+) -> tuple[list[dict], int]:
+    """Submit the plan's runs (those not done), run its other items here, wait, gather: (the plan's records,
+    how many runs' records did not arrive). Interrupted on Ctrl-C."""
     try:
         with one_writer(results, f"reproduce {plan.name} --launcher slurm"):
-            return _on_slurm(plan, results, opts, fresh)
+            return _on_slurm(plan, Folder(results, timer), opts, fresh)
     except KeyboardInterrupt:
         print(
             f"the jobs submitted stay in the queue (their ids: {results / 'slurm' / JOBS}; scancel stops them); "
@@ -245,32 +277,19 @@ def run_plan_on_slurm(plan, results: Path, opts: SlurmOptions, fresh: bool = Fal
         raise Interrupted(signal.SIGINT) from None
 
 
-def _on_slurm(plan, results: Path, opts: SlurmOptions, fresh: bool):
-    from suite.plan.reproduce import Folder, config_key, plan_run, run_local_items, same_settings
+def _on_slurm(plan: Plan, folder: Folder, opts: SlurmOptions, fresh: bool) -> tuple[list[dict], int]:
+    jobs, total = Jobs(folder.path), item_count(plan)
+    in_queue = queued() if jobs.jobs else set()
+    waiting_for = {config_key(j["command"]): j for j in jobs.jobs if j["job"] in in_queue}
+    planned = [plan_run(cfg, folder.path) for cfg in plan.runs]
 
-    folder, total = Folder(results), len(plan.runs) + len(plan.estimates) + len(plan.micro)
-    jobs = None if opts.dry_run else Jobs(results)
-    in_queue = set() if jobs is None or not jobs.jobs else queued()
-    waiting_for = {config_key(j["command"]): j for j in (jobs.jobs if jobs else []) if j["job"] in in_queue}
-    plan_runs, records = [plan_run(cfg, results) for cfg in plan.runs], {}
-    for i, cfg in enumerate(plan_runs, 1):
-        progress = f"{i}/{total}"
-        done = None if fresh else folder.done(cfg.command, same_settings(dataclasses.asdict(cfg)))
-        if done is not None:
-            print(f"skip [{progress}] {cfg.command}: complete record {done['_path']}", file=sys.stderr)
-            records[cfg.command] = done
-        elif (job := waiting_for.get(config_key(cfg.command))) is not None:
-            print(f"in the queue [{progress}] {cfg.command}: job {job['job']}, submitted before", file=sys.stderr)
-        else:
-            _submit(plan, cfg, i, total, opts, folder, jobs)
-    local = [*(e.cfg for e in plan.estimates), *plan.micro]
-    if opts.dry_run:
-        if local:
-            print(f"# and here, not on the cluster: {len(local)} estimates and microbenchmark items")
-        return None
-    if local:
-        print(f"here, not on the cluster: {len(local)} estimates and microbenchmark items", file=sys.stderr)
-    local_records = run_local_items(plan, folder, fresh, len(plan.runs), total)
+    def submit(index: int, cfg: RunConfig) -> None:
+        _submit(plan, cfg, index, total, opts, folder, jobs)
+
+    records = _each_run(planned, total, folder, fresh, waiting_for, submit)
+    if plan.estimates or plan.micro:
+        print(f"here, not on the cluster: {_here(plan)} estimates and microbenchmark items", file=sys.stderr)
+    local_records = run_items_here(plan, folder, fresh, len(plan.runs), total)
     still = _wait(jobs, opts)
     arrived, missing = _gather(jobs, still, folder)
     for job in missing:
@@ -284,24 +303,49 @@ def _on_slurm(plan, results: Path, opts: SlurmOptions, fresh: bool):
     jobs.jobs = [j for j in jobs.jobs if j["job"] in still]
     jobs.save()
     records.update(arrived)
-    ran = [records[cfg.command] for cfg in plan_runs if cfg.command in records]
-    return ran + local_records, len(plan_runs) - len(ran)
+    ran = [records[cfg.command] for cfg in planned if cfg.command in records]
+    return ran + local_records, len(planned) - len(ran)
 
 
-def _submit(plan, cfg, index: int, total: int, opts: SlurmOptions, folder, jobs: Jobs | None) -> None:
-    """Write the run's batch script and submit it (a dry run prints it instead)."""
+def _each_run(
+    planned: list[RunConfig],
+    total: int,
+    folder: Folder,
+    fresh: bool,
+    waiting: dict[tuple, dict],
+    act: Callable[[int, RunConfig], None],
+) -> dict[str, dict]:
+    """Say which planned runs are done or still queued (`waiting`: their jobs by configuration) and `act` on each
+    other one (submit it, or print its script); returns the records of those done, by command."""
+    done_records = {}
+    for i, cfg in enumerate(planned, 1):
+        progress = f"{i}/{total}"
+        done = done_run(cfg, folder, fresh)
+        if done is not None:
+            print(f"skip [{progress}] {cfg.command}: complete record {done['_path']}", file=sys.stderr)
+            done_records[cfg.command] = done
+        elif (job := waiting.get(config_key(cfg.command))) is not None:
+            print(f"in the queue [{progress}] {cfg.command}: job {job['job']}, submitted before", file=sys.stderr)
+        else:
+            act(i, cfg)
+    return done_records
+
+
+def _script(plan: Plan, cfg: RunConfig, index: int, total: int, opts: SlurmOptions, results: Path) -> tuple[Path, str]:
+    """Where the run's batch script goes, and the script."""
     name = f"suite-{plan.name}-{plan.preset}-{index}"
-    slurm_dir = folder.path.resolve() / "slurm"
+    slurm_dir = Path(results).resolve() / "slurm"
     header = f"run {index}/{total} of plan {plan.name} ({plan.preset}): python -m suite reproduce {plan.name}"
-    script = batch_script(cfg, name, opts, slurm_dir / f"{name}-%j.out", header)
-    if jobs is None:
-        print(f"# ---- {slurm_dir / (name + '.sbatch')}\n{script}")
-        return
-    path = slurm_dir / f"{name}.sbatch"
+    return slurm_dir / f"{name}.sbatch", batch_script(cfg, name, opts, slurm_dir / f"{name}-%j.out", header)
+
+
+def _submit(plan: Plan, cfg: RunConfig, index: int, total: int, opts: SlurmOptions, folder: Folder, jobs: Jobs) -> None:
+    """Write the run's batch script and submit it."""
+    path, script = _script(plan, cfg, index, total, opts, folder.path)
     write_text(path, script)
     job = _slurm("sbatch", "--parsable", str(path)).strip().split(";")[0]
     before = [str(Path(r["_path"]).relative_to(folder.path)) for r in folder.records_of(cfg.command)]
-    log = str(slurm_dir / f"{name}-{job}.out")
+    log = str(path.with_name(f"{path.stem}-{job}.out"))
     jobs.jobs.append({"job": job, "command": cfg.command, "script": str(path), "log": log, "before": before})
     jobs.save()  # at once: a rerun after Ctrl-C must know this job is in the queue
     print(f"submitted [{index}/{total}] {cfg.command}: job {job}, log {log}", file=sys.stderr, flush=True)

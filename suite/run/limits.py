@@ -9,36 +9,20 @@ killed half-way. The machine's own limits (memory, cores) are a lower bound and 
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import zipfile
 from pathlib import Path
 
-from suite.config import RunConfig
+from suite.config import RunConfig, check_settings
 
-MAX_TIMEOUT_S = 30 * 86400.0  # torch keeps timeouts as int64 milliseconds in C++; a month is long enough
 RECORD_BYTES = 16 * 2**20  # room for a record and its temporary (a long curve is a few MB)
 WORKERS_PER_CORE = 4  # gloo workers per core before the run is mostly waiting (tests run 4 on 2 cores)
 _CGROUP = Path("/sys/fs/cgroup")
 
 
-def check_values(cfg: RunConfig) -> None:
-    """Values no machine can run; ValueError naming the flag and the fix."""
-    for name in ("eval_every", "log_every", "eval_batches", "eval_batch"):
-        if getattr(cfg, name) < 1:
-            raise ValueError(f"{name} must be at least 1, got {getattr(cfg, name)} (--set {name}=N)")
-    if not (math.isfinite(cfg.collective_timeout_s) and cfg.collective_timeout_s <= MAX_TIMEOUT_S):
-        raise ValueError(
-            f"--collective-timeout must be a finite number of seconds up to {MAX_TIMEOUT_S:g}, "
-            f"got {cfg.collective_timeout_s}"
-        )
-    if cfg.target is not None and not cfg.target > 0:
-        raise ValueError(f"--target is a validation loss above 0 (cross-entropy), got {cfg.target}")
-    _check_seq_len(cfg)
-
-
-def _check_seq_len(cfg: RunConfig) -> None:
+def check_seq_len(cfg: RunConfig) -> None:
+    """A sequence the model can take (each setting's own range is declared with it: suite/config.py)."""
     from suite import models
 
     if models.kind_of(cfg.model) != "lm":
@@ -152,8 +136,10 @@ def oom_kills() -> int | None:
 
 
 def check(cfg: RunConfig, machine: bool = True) -> None:
-    """Every limit above (`machine`: also this machine's memory and cores)."""
-    check_values(cfg)
+    """Every setting's declared check (suite/config.py check_settings) and every limit above (`machine`: also this
+    machine's memory and cores)."""
+    check_settings(cfg)
+    check_seq_len(cfg)
     check_paths(cfg)
     if machine:
         check_machine(cfg)
