@@ -17,43 +17,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from suite.config import Range
+
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
-
-
-@dataclass(frozen=True)
-class Range:
-    """Where a number must lie: a method parameter's (Param) or a run setting's (suite/config.py setting)."""
-
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False  # the range excludes `low` itself
-    high_open: bool = False
-    text: str = ""  # the words a setting's error uses for it, where the bounds alone say too little ("0 (off) or more")
-
-    def contains(self, value: float) -> bool:
-        if not math.isfinite(value):
-            return False
-        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
-            return False
-        return not (self.high is not None and (value > self.high or (self.high_open and value == self.high)))
-
-    def words(self) -> str:
-        """The range as a setting's error says it: "at least 1", "above 0", "in [0, 2**63)"."""
-        if self.text:
-            return self.text
-        if self.low is not None and self.high is not None:
-            left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
-            return f"in {left}{_bound(self.low)}, {_bound(self.high)}{right}"
-        if self.low is not None:
-            return f"{'above' if self.low_open else 'at least'} {_bound(self.low)}"
-        return f"{'below' if self.high_open else 'at most'} {_bound(self.high)}"
-
-
-def _bound(value: float) -> str:
-    """A bound as written: a large power of two as 2**k (the seed's 2**63), any other as %g."""
-    if isinstance(value, int) and value > 2**32 and value & (value - 1) == 0:
-        return f"2**{value.bit_length() - 1}"
-    return f"{value:g}"
 
 
 @dataclass(frozen=True)
