@@ -59,3 +59,40 @@ def test_a_conflict_is_a_paired_setting_both_sides_fix_apart(mine: dict, theirs:
     assert conflict is None or conflict[0] in apart
     assert UNPAIRED.conflict(sides) is None
     assert set(sides.differing()) == {k for k in {*mine, *theirs} if mine.get(k) != theirs.get(k)}
+
+
+NEWCOMER_TOY = '''"""A newcomer's toy: DDP at two micro-batch sizes."""
+
+from pathlib import Path
+
+from suite.config import RunConfig
+from suite.extensions import Reproduction
+from suite.plan.plans import Plan
+
+
+def plan(preset):
+    runs = [RunConfig(method="ddp", nproc=2, seed=s, tokens=20480, micro_batch=b) for b in (8, 16) for s in (0, 1, 2)]
+    return Plan(preset, runs, protocol="equal tokens")
+
+
+REPRODUCTION = Reproduction(plan=plan, claims=Path(__file__).with_name("claims.yaml"))
+'''
+
+
+def test_reproduce_refuses_an_unpairable_card_before_it_runs_anything(tmp_path):
+    from tests.conftest import run_cli
+
+    folder = tmp_path / "toy"
+    folder.mkdir()
+    (folder / "__init__.py").write_text(NEWCOMER_TOY)
+    metric = {**NEWCOMER, "arm": {"micro_batch": 16}, "baseline_arm": {"micro_batch": 8}}
+    card = {
+        "id": "toy-throughput", "statement": "s", "kind": "mechanism", "better": "higher", "source": {"paper": "none"},
+        "source_status": "a test", "metric": metric, "command": "python -m suite reproduce toy --preset smoke",
+    }  # fmt: skip
+    (folder / "claims.yaml").write_text(yaml.safe_dump({"claims": [card]}))
+    results = tmp_path / "results"
+    proc = run_cli(["reproduce", "toy", "--results", str(results)], env={"SUITE_REPRODUCTIONS": str(folder)})
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "its sides can never pair" in proc.stderr and "give both sides one micro_batch" in proc.stderr
+    assert not list(results.glob("*.json"))

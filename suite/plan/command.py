@@ -37,6 +37,7 @@ def reproduce(args: argparse.Namespace) -> int:
     if args.list:
         return list_reproductions()
     plan, results = _plan(args)
+    _check_claims(plan.name)
     launcher = launcher_for(args)
     _check_runs(plan, args, launcher.on_this_machine)
     for note in plan.notes:
@@ -61,6 +62,17 @@ def _plan(args: argparse.Namespace) -> tuple[Plan, Path]:
     results = Path(args.results or f"results/runs/{args.name}-{preset}")
     check_writable(results)
     return plan, results
+
+
+def _check_claims(name: str) -> None:
+    """The reproduction's claim cards load before anything runs: a card that cannot be judged (a field the records
+    lack, sides that can never pair) is one line naming the fix, not a verdict missing after the plan's hours."""
+    from suite.judge.claims import ClaimsError, claims_for
+
+    try:
+        claims_for(name)
+    except ClaimsError as err:
+        raise UsageError(str(err)) from None
 
 
 def _check_runs(plan: Plan, args: argparse.Namespace, here: bool) -> None:
