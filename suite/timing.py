@@ -3,7 +3,7 @@ estimates, projections, the report.
 
 The plan (suite/plan/command.py, and the launcher that runs it) times each item it does here; each training run's
 record adds, from rank 0, what its worker spent before the run, on set-up, on each kind of step and on evaluation (the
-record's `timing`, suite/run/train.py), so a launch's wall time splits into what the workers did and what the launch
+record's `timing`, suite/run/close.py), so a launch's wall time splits into what the workers did and what the launch
 itself cost (starting torchrun and the workers, tearing them down, settling records). Items the plan skipped (complete
 records already there) cost nothing and are counted apart.
 """
@@ -52,7 +52,7 @@ def load_average() -> float:
 def load_timing(load_start: float) -> dict:
     """The `timing` section of a record that is not a training run (an estimate, a microbenchmark item, a
     projection): the load average at its start and now, in the same field as a run's (`timing.load_average`,
-    suite/run/train.py). Records written before this field was kept have no `timing`: readers take it as absent."""
+    suite/run/close.py). Records written before this field was kept have no `timing`: readers take it as absent."""
     return {"load_average": [load_start, load_average()], "method": LOAD_METHOD}
 
 

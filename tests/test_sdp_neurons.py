@@ -23,8 +23,8 @@ from suite.config import RunConfig
 from suite.meters.memory import MemoryMeter
 from suite.models import build_model, num_params
 from suite.records import read_record
+from suite.run.evaluate import Evaluator
 from suite.run.strategy import get_strategy
-from suite.run.train import Worker
 from tests.conftest import run_cli
 from tests.test_sdp_method import aggregation_bytes, losses
 
@@ -291,9 +291,9 @@ class _Task:
         return torch.randn(count, 3, 32, 32, generator=g) * 2 + 1, torch.zeros(count, dtype=torch.long)
 
 
-def _arm(assembles: bool) -> Worker:
-    """A Worker with only what evaluation reads: the same trained ResNet-18, data and settings for every arm."""
-    worker = Worker.__new__(Worker)
+def _arm(assembles: bool) -> Evaluator:
+    """An Evaluator with only what evaluation reads: the same trained ResNet-18, data and settings for every arm."""
+    worker = Evaluator.__new__(Evaluator)
     worker.cfg = RunConfig(method="ddp", model="resnet18", micro_batch=4, eval_batches=3)
     worker.model = copy.deepcopy(_model("resnet18")).train()
     worker.strategy, worker.task = _Strategy(assembles), _Task()

@@ -62,7 +62,7 @@ def signature(worker: Worker) -> tuple:
     tiers, so one's estimate stands for the other's. Storage, not view: FSDP pads uneven shards, so the
     last ranks' shorter views share the padded size of everyone else's (see `short_views`).
     """
-    model = worker.model
+    model = worker.parts.model
     tensors = tuple(
         (kind, name, local_tensor(t).untyped_storage().nbytes(), str(t.dtype))
         for kind, named in (("param", model.named_parameters()), ("buffer", model.named_buffers()))
@@ -81,7 +81,7 @@ def layout(worker: Worker) -> tuple:
     last ranks of an uneven FSDP shard hold shorter views of a padded storage, and their optimizer state is
     smaller.
     """
-    model = worker.model
+    model = worker.parts.model
     tensors = tuple(
         (kind, local_tensor(t).untyped_storage().nbytes(), local_tensor(t).numel(), str(t.dtype))
         for kind, named in (("param", model.named_parameters()), ("buffer", model.named_buffers()))
@@ -92,7 +92,7 @@ def layout(worker: Worker) -> tuple:
 
 
 def local_numels(worker: Worker) -> dict[str, int]:
-    return {name: local_tensor(p).numel() for name, p in worker.model.named_parameters()}
+    return {name: local_tensor(p).numel() for name, p in worker.parts.model.named_parameters()}
 
 
 def estimate_rank(
@@ -105,13 +105,13 @@ def estimate_rank(
     with fake_world(rank, cfg.nproc, gpus_per_node):
         worker = FakeWorker(cfg, fakes)
         worker.build()
-        out = RankEstimate(rank, signature(worker), local_numels(worker), worker.record, layout(worker))
+        out = RankEstimate(rank, signature(worker), local_numels(worker), worker.recorder.record, layout(worker))
         out.groups = [(name, label.name, label.size, label.tier) for name, label in worker.ledger.labels()]
         if step is None or step(out):
-            out.steps = worker.metering.last_step() + 1
+            out.steps = worker.parts.metering.last_step() + 1
             clock = StepClock(worker.device, 0, worker.strategy.comm_period)
             with fakes.active():
                 for i in range(out.steps):
                     worker.metered_step(i, clock)
-            out.results, out.meters = worker.metering.results(), worker.metering.types()
+            out.results, out.meters = worker.parts.metering.results(), worker.parts.metering.types()
     return out

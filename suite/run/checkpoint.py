@@ -203,7 +203,7 @@ def write_config(cfg: RunConfig) -> None:
 # ---- what a rank holds -------------------------------------------------------------------------------
 @dataclasses.dataclass
 class RunState:
-    """What a checkpoint saves and restores of one rank. The run builds it (suite/run/train.py), so that this
+    """What a checkpoint saves and restores of one rank. The loop builds it (suite/run/resume.py), so that this
     module knows the state it keeps and nothing of the training loop that holds it."""
 
     folder: Path  # the run's checkpoint folder (run_folder)

@@ -38,7 +38,7 @@ def launch(cfg: RunConfig) -> Path:
         spec.write_text(cfg.to_json())
         kills = oom_kills()
         try:
-            # each restart resumes from the newest checkpoint (suite/run/train.py)
+            # each restart resumes from the newest checkpoint (suite/run/resume.py)
             start_workers(cfg.nproc, cfg.run_id, cfg.max_restarts, "suite.run.worker", spec)
         except ChildFailedError as err:
             rank, failure = err.get_first_failure()
