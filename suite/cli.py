@@ -1,28 +1,20 @@
-"""python -m suite {run,reproduce,report,verdicts,evaluate,estimate,simulate}: the command-line contract.
+"""python -m suite {run,reproduce,report,verdicts,evaluate,estimate,simulate,micro}: the command-line contract.
 
-Input is checked here, before any worker starts, so that a mistake costs one line of error naming
-the fix instead of a traceback from inside torch and a half-written record.
+This module only parses: the flags come from the settings' declarations (suite/config.py), and each command hands
+what it parsed to the group that does the work, whose checks run before any worker starts, so that a mistake costs
+one line of error naming the fix instead of a traceback from inside torch and a half-written record.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import json
-import math
-import os
 import shlex
-import signal
 import sys
-from pathlib import Path
 
 from suite.config import FIELDS, RunConfig, apply_sets, field_type
 from suite.errors import UsageError
 from suite.evals import add_evaluate_command
-from suite.judge.claims import ClaimsError
-from suite.records import FINISHED
-from suite.run.checks import check_config, check_writable
 
 ESTIMATE_WORLD = 8  # ranks an estimate stands for unless --world-size says otherwise
 ESTIMATE_RESULTS = "results/estimates"
@@ -114,162 +106,6 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> RunConfig:
         raise UsageError(str(err)) from None
 
 
-def resume_config(record_path: str) -> RunConfig:
-    """The config of the incomplete run `record_path`, set to continue from its newest checkpoint."""
-    from suite.records import RecordError, read_record
-    from suite.run import checkpoint
-
-    try:
-        rec = read_record(record_path)
-    except FileNotFoundError:
-        raise UsageError(f"no record at {record_path!r}; give the path `run` printed") from None
-    except RecordError as err:
-        raise UsageError(str(err)) from None
-    if rec["status"] in FINISHED:
-        raise UsageError(f"{record_path} is {rec['status']}: nothing to resume")
-    try:
-        return checkpoint.resumable_config(rec | {"_path": record_path})
-    except checkpoint.CheckpointError as err:
-        raise UsageError(f"{record_path} cannot be resumed: {err}; run it again instead") from None
-
-
-def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
-    from suite.run.launch import launch, under_torchrun
-
-    if args.resume_record and args.method:
-        raise UsageError("--resume continues a run as it was configured: give the record alone, no method or flags")
-    if not args.resume_record and not args.method:
-        raise UsageError("name a method: python -m suite run METHOD (or --resume RECORD)")
-    cfg = resume_config(args.resume_record) if args.resume_record else config_from_args(args, argv)
-    if args.resume_record and args.nproc not in (RunConfig.nproc, cfg.nproc):
-        raise UsageError(f"{args.resume_record} was made by {cfg.nproc} workers and resumes with them; drop --nproc")
-    if under_torchrun():
-        cfg.nproc = int(os.environ["WORLD_SIZE"])
-    check_config(cfg, machine=not args.over_limits)
-    if under_torchrun():
-        from suite.run.train import train
-
-        path = train(cfg)
-        if int(os.environ.get("RANK", 0)) == 0:
-            print(path)
-        return 0
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-
-    from suite.plan.lock import one_writer
-
-    try:
-        # a plan resuming the same run would write beside it (suite/plan/lock.py)
-        with one_writer(cfg.results, "run --resume") if args.resume_record else contextlib.nullcontext():
-            path = launch(cfg)
-    except SignalException as err:  # SIGTERM or SIGINT while the workers ran: recorded, no traceback
-        from suite.run.launch import close_record
-
-        name = signal.Signals(err.sigval).name
-        close_record(cfg, "incomplete", lambda seen: f"interrupted by {name}" + (f"; {seen}" if seen else ""))
-        print(f"interrupted by {name}", file=sys.stderr)
-        print(_shown(cfg.record_path()))
-        return 128 + err.sigval
-    from suite.records import read_record
-
-    status = read_record(path)["status"] if path.exists() else "failed"
-    print(_shown(path))
-    return 0 if status in FINISHED else 1
-
-
-def _shown(path: Path) -> str:
-    """The path as the last stdout line: quoted where a character (a line break) would break the line."""
-    return str(path) if str(path).isprintable() else repr(str(path))
-
-
-def cmd_report(args: argparse.Namespace, argv: list[str]) -> int:
-    from suite.report import build_report, build_site
-
-    if args.site is not None:
-        if args.results_dir:
-            raise UsageError("give results folders or --site, not both (--site reads built report folders)")
-        print(build_site(args.site))
-        return 0
-    if not args.results_dir:
-        raise UsageError("give the folder that holds the run records, or --site DIR to index built reports")
-    for folder in args.results_dir:
-        if not Path(folder).is_dir():
-            raise UsageError(f"no results folder {folder!r}; give the folder that holds the run records")
-    print(build_report(args.results_dir, args.output))
-    return 0
-
-
-def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
-    from suite.plan.command import reproduce
-
-    # the checks `run` shares are handed down: suite/plan sits below this module and imports nothing of it
-    return reproduce(args)
-
-
-GPU_CHECK = "benchmarks/gpu_check.py"  # what a GPU check's summary.json names ("what"; docs/gpu-check.md)
-
-
-def gpu_checks(folder: Path) -> list[Path]:
-    """The folders below `folder` that hold a GPU check's records (its summary.json names GPU_CHECK): runs
-    shortened and items cut at each step's share of the check's budget, a check of the machinery, not a plan run.
-    No report reads them (a report reads its reproduction's plan runs, plan_runs), so `verdicts` over a folder
-    above one leaves it out; named itself, it is read like any folder."""
-    found = []
-    for summary in sorted(Path(folder).rglob("summary.json")):
-        try:
-            what = json.loads(summary.read_text()).get("what", "")
-        except (OSError, ValueError, AttributeError):
-            continue
-        if summary.parent != Path(folder) and GPU_CHECK in str(what):
-            found.append(summary.parent)
-    return found
-
-
-def cmd_verdicts(args: argparse.Namespace, argv: list[str]) -> int:
-    from suite.judge.verdicts import origin, verdict_rows, verdict_table
-    from suite.records import load_records
-
-    records, origins = [], []
-    for folder in args.results:
-        if not Path(folder).is_dir():
-            raise UsageError(f"no results folder {folder!r}; give folders that hold run records")
-        checks = gpu_checks(Path(folder))
-        found = [r for r in load_records(folder)[0] if not any(Path(r["_path"]).is_relative_to(c) for c in checks)]
-        origins += [
-            f"{c}: left out, a GPU check's records ({GPU_CHECK}; no report reads them; name it to judge them)"
-            for c in checks
-        ]
-        records += found
-        env = [r["env"] for r in found]
-        origins.append(f"{folder}: {origin([e.get('git_sha') for e in env], [e.get('git_dirty') for e in env])}")
-    try:
-        rows = verdict_rows(records)
-    except ClaimsError as err:
-        raise UsageError(str(err)) from None
-    print(json.dumps(rows, indent=1, default=str) if args.json else verdict_table(rows))
-    # a folder's records from several commits or a dirty tree are no one reproducible state: said every time
-    print("\n".join(origins), file=sys.stderr if args.json else sys.stdout)
-    return 0
-
-
-def cmd_micro(args: argparse.Namespace, argv: list[str]) -> int:
-    from suite.plan.items import run_micro
-    from suite.plan.plans import load_plan
-
-    try:
-        plan = load_plan(args.name, args.preset)
-    except ValueError as err:
-        raise UsageError(str(err)) from None
-    items = {item.name: item for item in plan.micro}
-    if args.item not in items:
-        known = ", ".join(items) or "none"
-        raise UsageError(f"{args.name} ({args.preset}) has no microbenchmark {args.item!r}; its items: {known}")
-    results = Path(args.results)
-    check_writable(results)
-    record = run_micro(plan, items[args.item], results, "micro")
-    print(results / f"{record['run_id']}.json")
-    return 0
-
-
 def _estimate_parser(sub) -> None:
     p = sub.add_parser(
         "estimate", help="memory, FLOPs and bytes at any world size on fake tensors; prints the record's path last"
@@ -294,34 +130,6 @@ def _estimate_parser(sub) -> None:
     )
 
 
-def cmd_estimate(args: argparse.Namespace, argv: list[str]) -> int:
-    from suite.estimate.beside import compare, format_comparison, measure_beside
-    from suite.estimate.record import format_estimate
-    from suite.estimate.scale import check_estimable, estimate
-    from suite.records import write_record
-
-    cfg = dataclasses.replace(config_from_args(args, argv), tokens=1.0)  # a fixed number of steps, no budget
-    if cfg.nproc < 1 or args.gpus_per_node < 1:
-        raise UsageError(
-            f"--world-size and --gpus-per-node must be at least 1, got {cfg.nproc} and {args.gpus_per_node}"
-        )
-    check_config(cfg, machine=False)  # fake tensors: any world size and model fit
-    try:
-        check_estimable(cfg.method)
-    except ValueError as err:
-        raise UsageError(str(err)) from None
-    if args.measure:
-        check_config(dataclasses.replace(cfg, device=args.measure_device))
-    rec = estimate(cfg, args.gpus_per_node, args.ranks)
-    path = write_record(rec, Path(args.results) / f"{rec['run_id']}.json")
-    print(format_estimate(rec))
-    if args.measure:
-        measured = measure_beside(rec, cfg, args.measure_device, args.results)
-        print(format_comparison(compare(rec, measured)))
-    print(path)
-    return 0
-
-
 def _simulate_parser(sub) -> None:
     from suite.sim import PRESETS
     from suite.sim.collectives import ALGORITHMS
@@ -343,34 +151,6 @@ def _simulate_parser(sub) -> None:
     )
     p.add_argument("--algorithm", choices=ALGORITHMS, default="auto")
     p.add_argument("--write", metavar="DIR", help="also write the simulated record into DIR; prints its path last")
-
-
-def cmd_simulate(args: argparse.Namespace, argv: list[str]) -> int:
-    from suite.records import RecordError, read_record, write_record
-    from suite.sim import format_projection, get_topology, project, simulated_record
-
-    try:
-        record = read_record(args.record)
-    except FileNotFoundError:
-        raise UsageError(f"no record at {args.record!r}; give the path `run` or `estimate` printed") from None
-    except OSError as err:
-        raise UsageError(f"cannot read {args.record!r} ({err.strerror}); give a readable record") from None
-    except RecordError as err:
-        raise UsageError(str(err)) from None
-    for flag, value in (("--overlap", args.overlap), ("--mfu", args.mfu), ("--compute-s", args.compute_s)):
-        if value is not None and not math.isfinite(value):  # a NaN passes every comparison and breaks the record
-            raise UsageError(f"{flag} must be a finite number, got {value}")
-    compute = (args.compute_s, f"given: {args.compute_s} s per step") if args.compute_s is not None else None
-    try:
-        proj = project(record, get_topology(args.topology), args.overlap, args.mfu, args.algorithm, compute)
-    except ValueError as err:
-        raise UsageError(str(err)) from None
-    print(format_projection(proj))
-    if args.write:
-        check_writable(Path(args.write))
-        sim = simulated_record(record, proj, shlex.join(["python", "-m", "suite", *argv]))
-        print(write_record(sim, Path(args.write) / f"{sim['run_id']}.json"))
-    return 0
 
 
 def parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
@@ -430,12 +210,64 @@ def parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return p
 
 
+def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
+    from suite.run.command import resume_config, run
+
+    if args.resume_record and args.method:
+        raise UsageError("--resume continues a run as it was configured: give the record alone, no method or flags")
+    if not args.resume_record and not args.method:
+        raise UsageError("name a method: python -m suite run METHOD (or --resume RECORD)")
+    cfg = resume_config(args.resume_record) if args.resume_record else config_from_args(args, argv)
+    if args.resume_record and args.nproc not in (RunConfig.nproc, cfg.nproc):
+        raise UsageError(f"{args.resume_record} was made by {cfg.nproc} workers and resumes with them; drop --nproc")
+    return run(cfg, args.over_limits, resuming=bool(args.resume_record))
+
+
+def cmd_estimate(args: argparse.Namespace, argv: list[str]) -> int:
+    from suite.estimate.command import estimate_command
+
+    cfg = dataclasses.replace(config_from_args(args, argv), tokens=1.0)  # a fixed number of steps, no budget
+    return estimate_command(cfg, args.gpus_per_node, args.ranks, args.measure_device if args.measure else None)
+
+
+def cmd_reproduce(args: argparse.Namespace, argv: list[str]) -> int:
+    from suite.plan.command import reproduce
+
+    return reproduce(args)
+
+
+def cmd_micro(args: argparse.Namespace, argv: list[str]) -> int:
+    from suite.plan.command import micro
+
+    return micro(args)
+
+
+def cmd_report(args: argparse.Namespace, argv: list[str]) -> int:
+    from suite.report.command import report
+
+    return report(args)
+
+
+def cmd_verdicts(args: argparse.Namespace, argv: list[str]) -> int:
+    from suite.judge.command import verdicts
+
+    return verdicts(args.results, args.json)
+
+
+def cmd_simulate(args: argparse.Namespace, argv: list[str]) -> int:
+    from suite.sim.command import simulate
+
+    return simulate(args, shlex.join(["python", "-m", "suite", *argv]))
+
+
 def cmd_evaluate(args: argparse.Namespace, argv: list[str]) -> int:
     from suite.evals import cmd_evaluate as evaluate
 
     return evaluate(args, argv)
 
 
+# each command's work lives with its group (suite/run, plan, estimate, judge, report, sim, evals): here they are
+# only parsed and handed over
 COMMANDS = {
     "run": cmd_run,
     "reproduce": cmd_reproduce,

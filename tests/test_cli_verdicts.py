@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks import gpu_check
-from suite import cli
 from suite.cli import main
+from suite.judge.command import gpu_checks
 from suite.judge.verdicts import verdict_rows
 from suite.plan.command import plan_runs
 from suite.records import load_records
@@ -53,8 +53,8 @@ def test_verdicts_over_the_committed_results_give_each_card_its_reports_verdict(
 
 
 def test_the_committed_gpu_folder_is_a_gpu_check():
-    assert cli.gpu_checks(ROOT / "results") == [ROOT / "results" / "gpu"]
-    assert cli.gpu_checks(ROOT / "results" / "gpu") == []  # named itself, it is read
+    assert gpu_checks(ROOT / "results") == [ROOT / "results" / "gpu"]
+    assert gpu_checks(ROOT / "results" / "gpu") == []  # named itself, it is read
 
 
 def test_a_gpu_checks_records_are_left_out_of_a_folder_above_them_and_judged_when_named(tmp_path, capsys):
@@ -64,7 +64,7 @@ def test_a_gpu_checks_records_are_left_out_of_a_folder_above_them_and_judged_whe
     shutil.copytree(ROOT / "results" / "gpu" / "flash-io", check / "flash-io")
     # the check's own summary, as benchmarks/gpu_check.py writes it
     (check / "summary.json").write_text(json.dumps(gpu_check.summary([], check, dry_run=False)))
-    assert cli.gpu_checks(results) == [check]
+    assert gpu_checks(results) == [check]
 
     above, said = _cli_rows(capsys, results)
     alone, _ = _cli_rows(capsys, results / "flash-io-smoke")
@@ -83,4 +83,4 @@ def test_a_folder_without_a_gpu_checks_summary_is_read_whole(tmp_path):
     (tmp_path / "a" / "summary.json").write_text('{"what": "something else"}')
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "summary.json").write_text("not json")
-    assert cli.gpu_checks(tmp_path) == []
+    assert gpu_checks(tmp_path) == []

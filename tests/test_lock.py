@@ -10,11 +10,11 @@ import pytest
 
 from suite.errors import UsageError
 from suite.plan import reproduce
-from suite.plan.lock import one_writer
+from suite.run.lock import one_writer
 from tests.conftest import ROOT
 from tests.test_plan_resume import _plan, launched  # noqa: F401  (a fixture)
 
-HOLD = "import sys, time; from suite.plan.lock import one_writer\nwith one_writer(sys.argv[1], 'test'):\n"
+HOLD = "import sys, time; from suite.run.lock import one_writer\nwith one_writer(sys.argv[1], 'test'):\n"
 HOLD += "    print('held', flush=True); time.sleep(120)"
 
 

@@ -157,3 +157,23 @@ def default_preset() -> str:
     import torch
 
     return "gpu" if torch.cuda.is_available() else "smoke"
+
+
+def micro(args: argparse.Namespace) -> int:
+    """`python -m suite micro NAME ITEM`: one microbenchmark item of a reproduction's plan; prints its record's path."""
+    from suite.plan.items import run_micro
+    from suite.plan.plans import load_plan
+
+    try:
+        plan = load_plan(args.name, args.preset)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    items = {item.name: item for item in plan.micro}
+    if args.item not in items:
+        known = ", ".join(items) or "none"
+        raise UsageError(f"{args.name} ({args.preset}) has no microbenchmark {args.item!r}; its items: {known}")
+    results = Path(args.results)
+    check_writable(results)
+    record = run_micro(plan, items[args.item], results, "micro")
+    print(results / f"{record['run_id']}.json")
+    return 0

@@ -18,12 +18,12 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 from suite.config import RunConfig
 from suite.plan.folder import Folder, Interrupted, done_run, item_count, plan_run, say
 from suite.plan.items import run_items_here
-from suite.plan.lock import one_writer
 from suite.plan.multirun import launch_runs, shares_launch
 from suite.plan.plans import Plan
 from suite.records import read_record, write_record
 from suite.run.checkpoint import CheckpointError, latest, resumable_config, run_folder
 from suite.run.launch import close_record, launch
+from suite.run.lock import one_writer
 from suite.run.recorder import failed_record, new_run_id
 from suite.timing import PlanTimer
 

@@ -37,8 +37,8 @@ from suite.config import RunConfig
 from suite.errors import UsageError
 from suite.plan.folder import Folder, Interrupted, config_key, done_run, item_count, plan_run
 from suite.plan.items import run_items_here
-from suite.plan.lock import one_writer
 from suite.plan.plans import Plan
+from suite.run.lock import one_writer
 from suite.timing import PlanTimer
 
 JOBS = "jobs.jsonl"

@@ -1,0 +1,56 @@
+"""`python -m suite verdicts`: every claim's verdict over the records of the folders given, as a table or JSON, with
+where each folder's records come from (one clean commit, or not)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from suite.errors import ClaimsError, UsageError
+
+GPU_CHECK = "benchmarks/gpu_check.py"  # what a GPU check's summary.json names ("what"; docs/gpu-check.md)
+
+
+def gpu_checks(folder: Path) -> list[Path]:
+    """The folders below `folder` that hold a GPU check's records (its summary.json names GPU_CHECK): runs
+    shortened and items cut at each step's share of the check's budget, a check of the machinery, not a plan run.
+    No report reads them (a report reads its reproduction's plan runs, suite/plan/command.py plan_runs), so
+    `verdicts` over a folder above one leaves it out; named itself, it is read like any folder."""
+    found = []
+    for summary in sorted(Path(folder).rglob("summary.json")):
+        try:
+            what = json.loads(summary.read_text()).get("what", "")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if summary.parent != Path(folder) and GPU_CHECK in str(what):
+            found.append(summary.parent)
+    return found
+
+
+def verdicts(folders: list[str], as_json: bool = False) -> int:
+    """Print the verdict of every claim the records of `folders` bear on; exit status 0."""
+    from suite.judge.verdicts import origin, verdict_rows, verdict_table
+    from suite.records import load_records
+
+    records, origins = [], []
+    for folder in folders:
+        if not Path(folder).is_dir():
+            raise UsageError(f"no results folder {folder!r}; give folders that hold run records")
+        checks = gpu_checks(Path(folder))
+        found = [r for r in load_records(folder)[0] if not any(Path(r["_path"]).is_relative_to(c) for c in checks)]
+        origins += [
+            f"{c}: left out, a GPU check's records ({GPU_CHECK}; no report reads them; name it to judge them)"
+            for c in checks
+        ]
+        records += found
+        env = [r["env"] for r in found]
+        origins.append(f"{folder}: {origin([e.get('git_sha') for e in env], [e.get('git_dirty') for e in env])}")
+    try:
+        rows = verdict_rows(records)
+    except ClaimsError as err:
+        raise UsageError(str(err)) from None
+    print(json.dumps(rows, indent=1, default=str) if as_json else verdict_table(rows))
+    # a folder's records from several commits or a dirty tree are no one reproducible state: said every time
+    print("\n".join(origins), file=sys.stderr if as_json else sys.stdout)
+    return 0
