@@ -77,6 +77,12 @@ def _cosine_follows_the_budget(cfg: RunConfig) -> None:
         raise ValueError("lr_decay=cosine follows a tokens, flops or target budget, not --time; use constant")
 
 
+def _betas(cfg: RunConfig) -> None:
+    """Adam's two decay rates, each in [0, 1)."""
+    if len(cfg.betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in cfg.betas):
+        raise ValueError(f"betas must be two numbers in [0, 1), got {cfg.betas}; use --set betas=0.9,0.95")
+
+
 def _one_fault(cfg: RunConfig) -> None:
     """A fault injection names one worker of this run and the step it happens at."""
     if cfg.kill_rank is not None and cfg.hang_rank is not None:
@@ -148,13 +154,28 @@ class RunConfig:
     device: str = setting("cpu", "cpu (gloo) or cuda (NCCL)", flag="--device", choices=("cpu", "cuda"), estimate=False)
     # budget: exactly one of tokens / flops / time_s / target (target runs stop at max_tokens at the latest)
     tokens: float | None = setting(
-        help="global tokens over all workers", flag="--tokens", type=float, group=BUDGET, estimate=False
+        help="global tokens over all workers",
+        flag="--tokens",
+        type=float,
+        group=BUDGET,
+        estimate=False,
+        within=Range(0, low_open=True),
     )
     flops: float | None = setting(
-        help="model FLOPs over all workers", flag="--flops", type=float, group=BUDGET, estimate=False
+        help="model FLOPs over all workers",
+        flag="--flops",
+        type=float,
+        group=BUDGET,
+        estimate=False,
+        within=Range(0, low_open=True),
     )
     time_s: float | None = setting(
-        help="training wall-clock seconds", flag="--time", type=float, group=BUDGET, estimate=False
+        help="training wall-clock seconds",
+        flag="--time",
+        type=float,
+        group=BUDGET,
+        estimate=False,
+        within=Range(0, low_open=True),
     )
     target: float | None = setting(
         help="validation loss to reach (stops at --max-tokens)",
@@ -183,10 +204,10 @@ class RunConfig:
     )
     optimizer: str = setting("adamw", "an optimizer (adamw, muon, dion, ...)", flag="--optimizer")
     # optimisation
-    lr: float = setting(3e-3, "peak learning rate")
-    weight_decay: float = setting(0.1, "decoupled weight decay")
-    betas: tuple[float, float] = setting((0.9, 0.95), "Adam betas, as b1,b2")
-    warmup_steps: int = setting(10, "linear warmup steps")
+    lr: float = setting(3e-3, "peak learning rate", within=Range(0))
+    weight_decay: float = setting(0.1, "decoupled weight decay", within=Range(0))
+    betas: tuple[float, float] = setting((0.9, 0.95), "Adam betas, as b1,b2", requires=_betas)
+    warmup_steps: int = setting(10, "linear warmup steps", within=Range(0))
     # constant after warmup, or cosine over the budget (fraction of tokens or FLOPs spent) down to min_lr_ratio
     lr_decay: str = setting(
         "constant",
@@ -195,7 +216,7 @@ class RunConfig:
         requires=_cosine_follows_the_budget,
     )
     min_lr_ratio: float = setting(0.1, "cosine's final learning rate over the peak", within=Range(0, 1))
-    grad_clip: float = setting(1.0, "gradient norm clipping")
+    grad_clip: float = setting(1.0, "gradient norm clipping (0: off)", within=Range(0))
     # batch: global batch = data-parallel replicas x micro_batch x grad_accum sequences
     micro_batch: int = setting(8, "sequences per rank per micro-step", within=Range(1))
     grad_accum: int = setting(1, "micro-steps per optimizer step", within=Range(1))
@@ -223,7 +244,9 @@ class RunConfig:
         flag="--evals",
         estimate=False,
     )
-    eval_limit: int | None = setting(help="at most this many documents per lm-eval task (default: all)", type=int)
+    eval_limit: int | None = setting(
+        help="at most this many documents per lm-eval task (default: all)", type=int, within=Range(1)
+    )
     checkpoint: str | None = setting(
         help="save the final full model here (for `python -m suite evaluate`)",
         kind="record",
@@ -241,15 +264,16 @@ class RunConfig:
         "with --checkpoint PATH, also save the model every N steps as PATH-stepNNNNNN (a trajectory; 0: off)",
         kind="record",
         estimate=False,
+        within=Range(0, text="0 (off) or more"),
     )
     # metering, all off the clock (suite/meters/schedule.py): FLOPs on step flop_step; memory and communication
     # over one whole period of the method's pattern (Strategy.comm_period) from mem_step and comm_step, after
     # DDP's bucket rebuild on step 1
     meters: bool = setting(True, "turn the meters off", flag="--no-meters", estimate=False)
-    flop_step: int = setting(0, "the step FLOPs are counted on")
-    mem_step: int = setting(2, "the first step memory is tracked on")
-    comm_step: int = setting(2, "the first step collectives are counted on")
-    clock_warmup: int = setting(2, "steps before the clock starts")
+    flop_step: int = setting(0, "the step FLOPs are counted on", within=Range(0))
+    mem_step: int = setting(2, "the first step memory is tracked on", within=Range(0))
+    comm_step: int = setting(2, "the first step collectives are counted on", within=Range(0))
+    clock_warmup: int = setting(2, "steps before the clock starts", within=Range(0))
     log_every: int = setting(10, "steps between progress lines", kind="record", within=Range(1))
     # checkpoints and faults (suite/run/checkpoint.py, docs/faults.md): a checkpoint every
     # checkpoint_every steps (0: none); torchrun restarts the workers from the last one up to max_restarts
@@ -354,6 +378,8 @@ def check_settings(cfg: RunConfig) -> None:
         if value is not None and meta["allowed"] is not None and value not in meta["allowed"]:
             use = f"--set {name}=" if not meta["flag"] else f"{meta['flag']} "
             raise ValueError(f"unknown {name} {value!r}; use {use}{', '.join(meta['allowed'])}")
+        if isinstance(value, float) and not math.isfinite(value) and meta["within"] is None:
+            raise ValueError(f"{shown} must be a finite number, got {value}{fix}")
         if value is not None and meta["within"] is not None and not meta["within"].contains(value):
             unit = f" of {meta['metavar'].lower()}" if meta["metavar"] else ""
             finite = "" if math.isfinite(value) or meta["within"].text else f"a finite number{unit} "
