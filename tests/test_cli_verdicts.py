@@ -84,3 +84,17 @@ def test_a_folder_without_a_gpu_checks_summary_is_read_whole(tmp_path):
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "summary.json").write_text("not json")
     assert gpu_checks(tmp_path) == []
+
+
+def test_verdicts_names_every_file_it_did_not_read_and_quotes_a_name_with_a_line_break(tmp_path, capsys):
+    """Before: a truncated record, a NaN literal or a file of another schema was skipped without a word and
+    `--json` printed `[]`; a folder name with a line break was printed raw."""
+    folder = tmp_path / "odd\nname"
+    folder.mkdir()
+    (folder / "truncated.json").write_text('{"schema": 1')
+    (folder / "nan.json").write_text('{"schema": 1, "loss": NaN}')
+    rows, err = _cli_rows(capsys, folder)
+    assert rows == {}
+    lines = err.strip().splitlines()
+    assert len(lines) == 3 and all(line.startswith(repr(str(folder))[:-1]) for line in lines), lines
+    assert sum("not read" in line for line in lines) == 2 and lines[-1].endswith("no run records")
