@@ -148,6 +148,9 @@ def load_records(folder: str | Path) -> tuple[list[dict], list[tuple[str, str]]]
     for path in sorted(folder.rglob("*.json")):
         if any(is_temporary(part) for part in path.relative_to(folder).parts):  # a writer's temporary (or hidden)
             continue
+        if path.is_symlink():  # an edited copy elsewhere would count as this folder's evidence
+            skipped.append((str(path), f"{path}: a link, not a regular file: not followed; copy the record itself"))
+            continue
         try:
             rec = read_record(path)
         except (RecordError, OSError) as err:

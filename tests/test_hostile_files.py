@@ -64,3 +64,14 @@ def test_a_fifo_as_claims_yaml_is_refused(tmp_path):
     os.mkfifo(tmp_path / "claims.yaml")
     with within(20), pytest.raises(ClaimsError, match="not a regular file"):
         load_claims(tmp_path / "claims.yaml")
+
+
+def test_a_link_named_json_is_refused_as_a_link_not_followed(tmp_path):
+    """Before: a link to a record elsewhere (an edited copy) was read as this folder's evidence."""
+    elsewhere = tmp_path / "elsewhere"
+    (real,) = write_records(elsewhere, [make_record("ddp", 0)])
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "run.json").symlink_to(real)
+    records, skipped = load_records(folder)
+    assert records == [] and [("run.json", "a link" in why) for why in (w for _, w in skipped)] == [("run.json", True)]
