@@ -296,3 +296,18 @@ def test_resnet18_on_digits_counts_samples_and_all_reduces_its_gradients(tmp_pat
     params = sum(p.numel() for p in models.build_model("resnet18", num_classes=10, in_channels=3).parameters())
     assert ops(rec)[("all_reduce", "replicate")]["bytes"] == rec["comm"]["steps"] * 4 * params
     assert rec["memory"]["per_rank"][0]["params"] == 4 * params
+
+
+def test_a_run_that_dies_ends_the_console_with_what_happened_and_its_record(tmp_path):
+    """Before: the last stderr lines were torch's own (`failed (exitcode: 1) local_rank: ...`); nothing of the
+    suite's said what happened or where the record is."""
+    from .conftest import run_cli
+
+    proc = run_cli(
+        ["run", "test-fail", "--nproc", "2", *STEPS3, "--results", str(tmp_path)],
+        env={"SUITE_REPRODUCTIONS": "tests.failing_method"},
+    )
+    path = proc.stdout.strip().splitlines()[-1]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1 and last.startswith("error: the run ended failed: ") and path in last, last
+    assert "injected failure at step 2" in last

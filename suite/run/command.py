@@ -67,9 +67,12 @@ def run(cfg: RunConfig, over_limits: bool = False, resuming: bool = False) -> in
         return 128 + err.sigval
     from suite.records import read_record
 
-    status = read_record(path)["status"] if path.exists() else "failed"
+    record = read_record(path) if path.exists() else {"status": "failed", "error": None}
+    if record["status"] not in FINISHED:  # torch's own lines end the console otherwise; this one says what happened
+        error = record.get("error") or "no error recorded"
+        print(f"error: the run ended {record['status']}: {error}; its record: {_shown(path)}", file=sys.stderr)
     print(_shown(path))
-    return 0 if status in FINISHED else 1
+    return 0 if record["status"] in FINISHED else 1
 
 
 def _shown(path: Path) -> str:
