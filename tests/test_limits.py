@@ -79,3 +79,24 @@ def test_a_full_disk_is_refused_before_launch(tmp_path, capsys, monkeypatch):
 def test_a_worker_the_oom_killer_took_is_recorded_as_out_of_memory():
     assert "out-of-memory killer" in launch.exit_text(-signal.SIGKILL, oom=True)
     assert launch.exit_text(-signal.SIGKILL) == "was killed by SIGKILL"
+
+
+def test_a_resume_asks_room_for_one_checkpoint_when_the_newest_is_already_on_the_disk(tmp_path, monkeypatch):
+    """Before: after the disk was freed, `run --resume` asked room for two checkpoints although the newest of them
+    was already in the folder, and was refused."""
+    import shutil
+    from collections import namedtuple
+
+    from suite.config import RunConfig
+
+    cfg = RunConfig(tokens=1000, results=str(tmp_path / "r"), checkpoint_every=5, checkpoint_dir=str(tmp_path / "c"))
+    one = limits.checkpoint_bytes(cfg)
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: usage(10 * one, 8 * one, one + one // 2))
+    with pytest.raises(ValueError, match="no space left"):
+        limits.check_paths(cfg)
+    cfg.run_id = "r1"
+    newest = tmp_path / "c" / "r1" / "step-000010"
+    newest.mkdir(parents=True)
+    (newest / "loop.json").write_text("{}")
+    limits.check_paths(cfg)

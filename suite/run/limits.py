@@ -15,6 +15,7 @@ import zipfile
 from pathlib import Path
 
 from suite.config import RunConfig, check_settings
+from suite.run.checkpoint import latest, run_folder
 
 RECORD_BYTES = 16 * 2**20  # room for a record and its temporary (a long curve is a few MB)
 WORKERS_PER_CORE = 4  # gloo workers per core before the run is mostly waiting (tests run 4 on 2 cores)
@@ -41,8 +42,11 @@ def check_paths(cfg: RunConfig) -> None:
         _check_writable(path.parent, "--checkpoint's folder")
     if cfg.checkpoint_every or cfg.max_restarts:
         _check_writable(Path(cfg.checkpoint_dir), "checkpoint_dir")
-        need = checkpoint_bytes(cfg) * 2  # the newest checkpoint and the one being written
-        _check_free(Path(cfg.checkpoint_dir), need, "checkpoints (estimated: 2 x 12 bytes a parameter a worker)")
+        # the newest checkpoint and the one being written; resuming, the newest is already on the disk
+        held = cfg.run_id is not None and latest(run_folder(cfg)) is not None
+        need = checkpoint_bytes(cfg) * (1 if held else 2)
+        what = f"{'one more checkpoint' if held else 'checkpoints'} (estimated: 12 bytes a parameter a worker each)"
+        _check_free(Path(cfg.checkpoint_dir), need, what)
     _check_free(Path(cfg.results), RECORD_BYTES, "the run record")
 
 
