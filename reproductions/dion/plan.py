@@ -25,6 +25,10 @@ them (tests/test_card_commands.py checks that every smoke run is read by a card)
 Tune (CPU, 966 s measured on 2 cores, results/dion-tune): AdamW, Muon and Dion at rank 1/4 on seed 0, TUNE_STEPS
 steps of the quality preset's corpus and schedule rule, six rates each (TUNE_GRID), filed as TUNE_SWEEP; its
 winners are LR_TUNED.
+Tune-adamw (CPU, estimated 25 minutes): the first stage of a tune at the cards' horizon (issue 41 item 8), the AdamW
+arm on seed 0 at each quality budget (LONG_STEPS), every rate of TUNE_GRID, filed as TUNE_SWEEP; suite.judge.sweeps
+names each budget's arm apart (budget=...). Its winners are to train the AdamW part of Muon and Dion at that budget,
+whose matrix rates a second stage tunes.
 Quality (CPU, 4,796 s measured on 2 cores, results/dion-quality; estimated 64 minutes, see quality_wall_s): the four
 quality arms (AdamW, Muon, Dion at rank 1/4 and at full rank, micro-batch 8, one process; the claims name them by
 their micro-batch, the cost runs' is 4) on the stdlib corpus at two budgets a factor 2 apart (LONG_STEPS), seeds
