@@ -141,6 +141,11 @@ def read_record(path: str | Path) -> dict:
     return record
 
 
+def shown_path(path: str | Path) -> str:
+    """A path on one line: quoted where a character (a line break) would break the line it is printed on."""
+    return str(path) if str(path).isprintable() else repr(str(path))
+
+
 def load_records(folder: str | Path) -> tuple[list[dict], list[tuple[str, str]]]:
     """All valid records under `folder` (recursively), and (path, reason) for each skipped file."""
     records, skipped = [], []

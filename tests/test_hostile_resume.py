@@ -115,7 +115,7 @@ def test_sigterm_of_run_records_the_interruption_without_a_traceback(tmp_path, c
 
 
 def test_a_record_path_with_a_line_break_is_printed_on_one_line():
-    from suite.cli import _shown
+    from suite.records import shown_path
 
-    assert _shown(Path("results/a\nb.json")) == "'results/a\\nb.json'"
-    assert _shown(Path("results/ab.json")) == "results/ab.json"
+    assert shown_path(Path("results/a\nb.json")) == "'results/a\\nb.json'"
+    assert shown_path(Path("results/ab.json")) == "results/ab.json"

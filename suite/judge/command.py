@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from suite.errors import ClaimsError, UsageError
+from suite.records import shown_path
 
 GPU_CHECK = "benchmarks/gpu_check.py"  # what a GPU check's summary.json names ("what"; docs/gpu-check.md)
 
@@ -36,20 +37,20 @@ def verdicts(folders: list[str], as_json: bool = False) -> int:
     records, origins = [], []
     for folder in folders:
         if not Path(folder).is_dir():
-            raise UsageError(f"no results folder {_shown(folder)}; give folders that hold run records")
+            raise UsageError(f"no results folder {shown_path(folder)}; give folders that hold run records")
         checks = gpu_checks(Path(folder))
         loaded, skipped = load_records(folder)
         found = [r for r in loaded if not any(Path(r["_path"]).is_relative_to(c) for c in checks)]
         origins += [
-            f"{_shown(c)}: left out, a GPU check's records ({GPU_CHECK}; no report reads them; name it to judge them)"
+            f"{shown_path(c)}: left out, a GPU check's records ({GPU_CHECK}; no report reads them; name it to judge it)"
             for c in checks
         ]
         # a damaged record judged nothing: never left out without a word (the report names them too)
-        origins += [f"{_shown(path)}: not read, {_reason(path, why)}" for path, why in skipped]
+        origins += [f"{shown_path(path)}: not read, {_reason(path, why)}" for path, why in skipped]
         records += found
         env = [r["env"] for r in found]
         commits = origin([e.get("git_sha") for e in env], [e.get("git_dirty") for e in env]) or "no run records"
-        origins.append(f"{_shown(folder)}: {commits}")
+        origins.append(f"{shown_path(folder)}: {commits}")
     try:
         rows = verdict_rows(records)
     except ClaimsError as err:
@@ -58,11 +59,6 @@ def verdicts(folders: list[str], as_json: bool = False) -> int:
     # a folder's records from several commits or a dirty tree are no one reproducible state: said every time
     print("\n".join(origins), file=sys.stderr if as_json else sys.stdout)
     return 0
-
-
-def _shown(path: str | Path) -> str:
-    """A path on one line: quoted where a character (a line break) would break it, as `run` prints its record."""
-    return str(path) if str(path).isprintable() else repr(str(path))
 
 
 def _reason(path: str, why: str) -> str:

@@ -7,11 +7,10 @@ import contextlib
 import os
 import signal
 import sys
-from pathlib import Path
 
 from suite.config import RunConfig
 from suite.errors import UsageError
-from suite.records import FINISHED
+from suite.records import FINISHED, shown_path
 from suite.run.checks import check_config
 
 
@@ -63,18 +62,13 @@ def run(cfg: RunConfig, over_limits: bool = False, resuming: bool = False) -> in
         name = signal.Signals(err.sigval).name
         close_record(cfg, "incomplete", lambda seen: f"interrupted by {name}" + (f"; {seen}" if seen else ""))
         print(f"interrupted by {name}", file=sys.stderr)
-        print(_shown(cfg.record_path()))
+        print(shown_path(cfg.record_path()))
         return 128 + err.sigval
     from suite.records import read_record
 
     record = read_record(path) if path.exists() else {"status": "failed", "error": None}
     if record["status"] not in FINISHED:  # torch's own lines end the console otherwise; this one says what happened
         error = record.get("error") or "no error recorded"
-        print(f"error: the run ended {record['status']}: {error}; its record: {_shown(path)}", file=sys.stderr)
-    print(_shown(path))
+        print(f"error: the run ended {record['status']}: {error}; its record: {shown_path(path)}", file=sys.stderr)
+    print(shown_path(path))
     return 0 if record["status"] in FINISHED else 1
-
-
-def _shown(path: Path) -> str:
-    """The path as the last stdout line: quoted where a character (a line break) would break the line."""
-    return str(path) if str(path).isprintable() else repr(str(path))
