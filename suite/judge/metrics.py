@@ -112,6 +112,13 @@ def one_arm(rows: pd.DataFrame, side: str) -> None:
             )
 
 
+def both_sides(df: pd.DataFrame, sides: Sides) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The method's runs and the baseline's among `df`, each side checked to be one arm at each setting."""
+    mine, theirs = sides.mine.rows(df), sides.theirs.rows(df)
+    one_arm(mine, "the method's side"), one_arm(theirs, "the baseline's side")
+    return mine, theirs
+
+
 def _per_seed(rows: pd.DataFrame, field_name: str) -> pd.Series:
     """One value per (seed, setting); repeated runs of one seed are averaged so no seed counts twice."""
     empty = pd.Series(dtype=float, index=pd.MultiIndex.from_arrays([[], []], names=["seed", "setting"]))
@@ -133,8 +140,7 @@ def _settings(series: pd.Series) -> tuple[str, ...]:
 @metric("ratio", ratio=True, pairs=BY_SETTING)
 def ratio(df: pd.DataFrame, field: str, sides: Sides) -> Samples:
     """method / baseline of `field`, paired by seed and setting (a seed fixes initialisation and data order)."""
-    mine, theirs = sides.mine.rows(df), sides.theirs.rows(df)
-    one_arm(mine, "the method's side"), one_arm(theirs, "the baseline's side")
+    mine, theirs = both_sides(df, sides)
     a, b = _per_seed(mine, field), _per_seed(theirs, field)
     keys = a.index.intersection(b.index)
     ratios = a[keys] / b[keys]
@@ -163,8 +169,7 @@ def value(df: pd.DataFrame, field: str, sides: Sides) -> Samples:
 @metric("quality", quality=True, pairs=UNPAIRED)
 def quality(df: pd.DataFrame, field: str, sides: Sides) -> Samples:
     """`field` of the method's seeds and of the baseline's seeds, unpaired (compared by Welch's tests)."""
-    mine, theirs = sides.mine.rows(df), sides.theirs.rows(df)
-    one_arm(mine, "the method's side"), one_arm(theirs, "the baseline's side")
+    mine, theirs = both_sides(df, sides)
     a, b = _per_seed(mine, field), _per_seed(theirs, field)
     return Samples(
         a.to_numpy(dtype=float), pd.concat([mine, theirs]), _settings(a), b.to_numpy(dtype=float), _used(theirs, b)

@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from suite.errors import ClaimsError
-from suite.judge.metrics import Samples, metric, one_arm
+from suite.judge.metrics import Samples, both_sides, metric
 from suite.judge.sides import BY_SETTING, Sides
 
 FIELDS = ("tokens_to_target", "cpu_s_to_target")
@@ -155,8 +155,7 @@ def to_target(df: pd.DataFrame, field: str, sides: Sides) -> Samples:
     seed and setting (module docstring)."""
     if field not in FIELDS:
         raise ClaimsError(f"metric to-target reads {FIELDS}, not {field!r}")
-    mine, theirs = sides.mine.rows(df), sides.theirs.rows(df)
-    one_arm(mine, "the method's side"), one_arm(theirs, "the baseline's side")
+    mine, theirs = both_sides(df, sides)
     if mine.empty or theirs.empty:
         return Samples(np.array([]), pd.concat([mine, theirs]), (), np.array([]), theirs)
     goal = targets(theirs)

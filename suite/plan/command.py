@@ -37,7 +37,7 @@ def reproduce(args: argparse.Namespace) -> int:
     if args.list:
         return list_reproductions()
     plan, results = _plan(args)
-    _check_claims(plan.name)
+    _check_claims(plan)
     launcher = launcher_for(args)
     _check_runs(plan, args, launcher.on_this_machine)
     for note in plan.notes:
@@ -64,13 +64,16 @@ def _plan(args: argparse.Namespace) -> tuple[Plan, Path]:
     return plan, results
 
 
-def _check_claims(name: str) -> None:
-    """The reproduction's claim cards load before anything runs: a card that cannot be judged (a field the records
-    lack, sides that can never pair) is one line naming the fix, not a verdict missing after the plan's hours."""
+def _check_claims(plan: Plan) -> None:
+    """The claim cards the plan's records will be judged against load before anything runs: a card that cannot be
+    judged (a field the records lack, sides that can never pair) is one line naming the fix, not a verdict missing
+    after the plan's hours."""
     from suite.judge.claims import ClaimsError, claims_for
+    from suite.plan.summary import judged_by
 
     try:
-        claims_for(name)
+        for name in judged_by(plan):
+            claims_for(name)
     except ClaimsError as err:
         raise UsageError(str(err)) from None
 

@@ -110,18 +110,20 @@ def verdict_summary(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def claim_cards(plan: Plan) -> str:
-    """The claim cards the plan's records would be judged against (by their reproduction, as verdict_summary
-    judges them), one line each: what a dry run shows of the verdicts to come."""
+def judged_by(plan: Plan) -> list[str]:
+    """The reproductions whose claim cards the plan's records would be judged against (as verdict_summary judges
+    them, by each record's reproduction)."""
     names = {cfg.reproduction for cfg in [*plan.runs, *(est.cfg for est in plan.estimates)]}
     names |= {plan.name} if plan.micro else set()  # a microbenchmark record names the plan's reproduction
+    return sorted(names)
+
+
+def claim_cards(plan: Plan) -> str:
+    """The claim cards the plan's records would be judged against, one line each: what a dry run shows of the
+    verdicts to come (`reproduce` loaded them before, so they load)."""
     lines = []
-    for name in sorted(names):
-        try:
-            cards = claims_for(name)
-        except ClaimsError as err:
-            lines.append(f"claims of {name}: not evaluated: {err}")
-            continue
+    for name in judged_by(plan):
+        cards = claims_for(name)
         lines.append(f"claims of {name}: {len(cards)} card{'s' * (len(cards) != 1)}")
         lines += [f"  {card.id}: {card.statement}" for card in cards]
     return "\n".join(lines)
