@@ -13,9 +13,11 @@ import pytest
 from reproductions.dion import REPRODUCTION
 from reproductions.dion.micro import optimizer_step
 from reproductions.dion.plan import (
+    ADAMW_TUNED,
     BYTES_STEPS,
     LR_GRID,
     LR_PICKED,
+    LONG_STEPS,
     LR_TUNED,
     SCALAR_LR,
     SWEEP,
@@ -23,6 +25,7 @@ from reproductions.dion.plan import (
     TIME_STEPS,
     TIME_WORLD,
     TUNE_GRID,
+    TUNE_MATRIX_GRID,
     TUNE_STEPS,
     TUNE_SWEEP,
     plan,
@@ -35,6 +38,7 @@ from suite.plan.plans import load_plan
 
 RESULTS = Path(__file__).parents[1] / "results" / "dion-smoke"
 TUNED = Path(__file__).parents[1] / "results" / "dion-tune"
+TUNED_ADAMW = Path(__file__).parents[1] / "results" / "dion-tune-adamw"
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +112,35 @@ def test_the_tune_gives_every_optimizer_as_many_rates_on_seed_0_under_the_qualit
     }
     assert {c.variant.get("scalar_lr") for c in runs if c.optimizer != "adamw"} == {SCALAR_LR}
     assert [c.lr for c in runs[:3]] == [TUNE_GRID[o][0] for o in ("adamw", "muon", "dion")]  # rate by rate
+
+
+def test_the_tune_at_the_cards_horizon_trains_the_adamw_part_at_stage_ones_winner():
+    """Stage one tunes the AdamW arm at each quality budget; stage two tunes Muon and Dion 1/4 there, on the same grid
+    length, their AdamW part at stage one's winner for that budget."""
+    stage_one, stage_two = load_plan("dion", "tune-adamw").runs, load_plan("dion", "tune-matrix").runs
+    for runs in (stage_one, stage_two):
+        assert {c.reproduction for c in runs} == {TUNE_SWEEP} and {c.seed for c in runs} == {0}
+        assert {c.tokens // (8 * 128) for c in runs} == set(LONG_STEPS)
+    assert sorted((c.tokens // 1024, c.lr) for c in stage_one) == sorted(
+        (steps, lr) for steps in LONG_STEPS for lr in TUNE_GRID["adamw"]
+    )
+    arms = {(c.tokens // 1024, c.optimizer, c.variant.get("rank_fraction"), c.lr) for c in stage_two}
+    assert arms == {
+        (steps, o, f, lr) for steps in LONG_STEPS for o, f in (("muon", None), ("dion", 0.25)) for lr in TUNE_MATRIX_GRID
+    }
+    assert all(c.variant["scalar_lr"] == ADAMW_TUNED[c.tokens // 1024] for c in stage_two)
+    assert {c.warmup_steps for c in stage_two} == {steps // 10 for steps in LONG_STEPS}
+
+
+@pytest.mark.skipif(not TUNED_ADAMW.is_dir(), reason="no committed stage-one tune results")
+def test_the_adamw_rate_at_each_budget_is_stage_ones_winner_inside_its_grid():
+    """suite.judge.sweeps' rule picks ADAMW_TUNED from results/dion-tune-adamw, one arm per budget (budget=tokens)."""
+    import re
+
+    winners = sweep_winners(TUNED_ADAMW, TUNE_SWEEP).values()
+    steps = {w: int(re.search(r"budget=(\d+)", w.label).group(1)) // (8 * 128) for w in winners}
+    assert {steps[w]: w.lr for w in winners} == ADAMW_TUNED
+    assert {w.grid for w in winners} == {TUNE_GRID["adamw"]}
 
 
 def test_every_comparison_sees_equal_tokens_and_one_rule_for_the_adamw_part(smoke):

@@ -25,10 +25,10 @@ them (tests/test_card_commands.py checks that every smoke run is read by a card)
 Tune (CPU, 966 s measured on 2 cores, results/dion-tune): AdamW, Muon and Dion at rank 1/4 on seed 0, TUNE_STEPS
 steps of the quality preset's corpus and schedule rule, six rates each (TUNE_GRID), filed as TUNE_SWEEP; its
 winners are LR_TUNED.
-Tune-adamw (CPU, estimated 25 minutes): the first stage of a tune at the cards' horizon (issue 41 item 8), the AdamW
-arm on seed 0 at each quality budget (LONG_STEPS), every rate of TUNE_GRID, filed as TUNE_SWEEP; suite.judge.sweeps
-names each budget's arm apart (budget=...). Its winners are to train the AdamW part of Muon and Dion at that budget,
-whose matrix rates a second stage tunes.
+Tune-adamw and tune-matrix (CPU, estimated 25 and 60 minutes): the tune at the cards' horizon (issue 41 item 8) in
+two stages on seed 0 at each quality budget (LONG_STEPS), filed as TUNE_SWEEP; suite.judge.sweeps names each budget's
+arm apart (budget=...). Stage one, the AdamW arm at every rate of TUNE_GRID; its winners (ADAMW_TUNED) train the
+AdamW part of Muon and Dion at that budget in stage two, Muon and Dion at rank 1/4 at every rate of TUNE_MATRIX_GRID.
 Quality (CPU, 4,796 s measured on 2 cores, results/dion-quality; estimated 64 minutes, see quality_wall_s): the four
 quality arms (AdamW, Muon, Dion at rank 1/4 and at full rank, micro-batch 8, one process; the claims name them by
 their micro-batch, the cost runs' is 4) on the stdlib corpus at two budgets a factor 2 apart (LONG_STEPS), seeds
@@ -84,6 +84,12 @@ TUNE_MATRIX_GRID = (0.0125, 0.025, 0.05, 0.1, 0.2, 0.4)
 TUNE_GRID = {"adamw": (5e-4, 1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2), "muon": TUNE_MATRIX_GRID, "dion": TUNE_MATRIX_GRID}
 # the tune's winners on seed 0 (lowest final validation loss), from results/dion-tune; a test checks them
 LR_TUNED = {"adamw": 2e-3, "muon": 0.05, "dion": 0.025}
+# The tune at the cards' horizon (issue 41 item 8), in two stages at each quality budget (LONG_STEPS). Stage one
+# (tune-adamw, results/dion-tune-adamw): the AdamW arm at every rate of TUNE_GRID; its winners by budget (steps ->
+# rate; a test checks them) train the AdamW part of Muon and Dion at that budget, so that every arm of a card trains
+# its embeddings, head and norms at one rate. Stage two (tune-matrix, results/dion-tune-matrix): Muon and Dion at
+# rank 1/4 at every rate of TUNE_MATRIX_GRID, their AdamW part at stage one's winner.
+ADAMW_TUNED = {500: 1e-3, 1000: 1e-3}
 # Wall seconds per step and per evaluation on 2 cores, from the quality runs of results/dion-smoke (medians over
 # seeds; StepCost), by (optimizer, rank fraction)
 QUALITY_COSTS = {
@@ -165,7 +171,7 @@ GPU_FSDP_ARMS = (("adamw", {}), ("muon", {}), ("dion", {"rank_fraction": 0.25}))
 # run; the rates are the smoke sweep's (tuned on llama-tiny, not at 1B), which the card states
 TARGET = dict(model="llama-1b", device="cuda", seq_len=1024, micro_batch=4, eval_every=50, log_every=10)
 TARGET_LOSS, TARGET_MAX_TOKENS, TARGET_GPUS = 3.5, 2e9, 8
-PRESETS = ("smoke", "tune", "tune-adamw", "quality", "gpu", "target", "paper")
+PRESETS = ("smoke", "tune", "tune-adamw", "tune-matrix", "quality", "gpu", "target", "paper")
 
 
 def _arm(optimizer: str, variant: dict, scalar_lr: float = SCALAR_LR) -> dict:
@@ -223,14 +229,21 @@ def _long() -> list[RunConfig]:
     ]
 
 
-def tune_runs(steps: int = TUNE_STEPS, arms: tuple = SWEPT_ARMS) -> list[RunConfig]:
+def tune_runs(steps: int = TUNE_STEPS, arms: tuple = SWEPT_ARMS, scalar_lr: float = SCALAR_LR) -> list[RunConfig]:
     """Seed 0 of `arms` (AdamW, Muon and Dion at rank 1/4), `steps` steps each under the quality schedule rule, at
-    every rate of TUNE_GRID, rate by rate (a tune stopped midway leaves every optimizer with nearly as many trials)."""
+    every rate of TUNE_GRID, rate by rate (a tune stopped midway leaves every optimizer with nearly as many trials);
+    the AdamW part of Muon and Dion at `scalar_lr`."""
     common = {**LONG, **QUALITY_SCHEDULE.settings(steps)}
     budget = {"tokens": _tokens(steps, common["nproc"], common)}
     return [
         RunConfig(
-            optimizer=o, lr=TUNE_GRID[o][i], seed=0, variant=_arm(o, v), reproduction=TUNE_SWEEP, **budget, **common
+            optimizer=o,
+            lr=TUNE_GRID[o][i],
+            seed=0,
+            variant=_arm(o, v, scalar_lr),
+            reproduction=TUNE_SWEEP,
+            **budget,
+            **common,
         )
         for i in range(len(TUNE_MATRIX_GRID))
         for o, v in arms
@@ -238,9 +251,14 @@ def tune_runs(steps: int = TUNE_STEPS, arms: tuple = SWEPT_ARMS) -> list[RunConf
 
 
 def tune_adamw_runs() -> list[RunConfig]:
-    """The AdamW arm's tune at each quality budget (LONG_STEPS), the first of the two stages of a tune at the cards'
-    horizon: its winners become the rate of the AdamW part of Muon and Dion, whose matrix rates the second tunes."""
+    """Stage one of the tune at the cards' horizon: the AdamW arm at each quality budget (LONG_STEPS); its winners
+    (ADAMW_TUNED) become the rate of the AdamW part of Muon and Dion at that budget."""
     return [cfg for steps in LONG_STEPS for cfg in tune_runs(steps, SWEPT_ARMS[:1])]
+
+
+def tune_matrix_runs() -> list[RunConfig]:
+    """Stage two: Muon and Dion at rank 1/4 at each quality budget, their AdamW part at stage one's winner there."""
+    return [cfg for steps in LONG_STEPS for cfg in tune_runs(steps, SWEPT_ARMS[1:], ADAMW_TUNED[steps])]
 
 
 def quality_wall_s(runs: list[RunConfig]) -> float:
@@ -375,8 +393,8 @@ def plan(preset: str) -> Plan:
         notes.append(
             f"a learning-rate sweep filed as {TUNE_SWEEP}: suite.judge.sweeps.sweep_winners picks each optimizer's rate"
         )
-    elif preset == "tune-adamw":
-        runs, micro = tune_adamw_runs(), []
+    elif preset in ("tune-adamw", "tune-matrix"):
+        runs, micro = (tune_adamw_runs() if preset == "tune-adamw" else tune_matrix_runs()), []
         notes.append(f"estimated wall time {quality_wall_s(runs) / 60:.0f} minutes on 2 quiet cores (not measured)")
     elif preset == "gpu":
         runs, micro = _gpu()
