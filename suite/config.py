@@ -83,6 +83,12 @@ def _betas(cfg: RunConfig) -> None:
         raise ValueError(f"betas must be two numbers in [0, 1), got {cfg.betas}; use --set betas=0.9,0.95")
 
 
+def _cpu_backend(cfg: RunConfig) -> None:
+    """The counting backend wraps gloo, the CPU backend."""
+    if cfg.comm_check and cfg.device != "cpu":
+        raise ValueError("comm_check counts on a gloo backend: use it with --device cpu")
+
+
 def _one_fault(cfg: RunConfig) -> None:
     """A fault injection names one worker of this run and the step it happens at."""
     if cfg.kill_rank is not None and cfg.hang_rank is not None:
@@ -273,6 +279,14 @@ class RunConfig:
     flop_step: int = setting(0, "the step FLOPs are counted on", within=Range(0))
     mem_step: int = setting(2, "the first step memory is tracked on", within=Range(0))
     comm_step: int = setting(2, "the first step collectives are counted on", within=Range(0))
+    comm_check: bool = setting(
+        False,
+        "count the collectives a second time in the backend (suite/meters/comm_check.py) and record whether the "
+        "ledger agrees",
+        kind="record",
+        estimate=False,
+        requires=_cpu_backend,
+    )
     clock_warmup: int = setting(2, "steps before the clock starts", within=Range(0))
     log_every: int = setting(10, "steps between progress lines", kind="record", within=Range(1))
     # checkpoints and faults (suite/run/checkpoint.py, docs/faults.md): a checkpoint every

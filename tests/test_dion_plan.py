@@ -15,9 +15,9 @@ from reproductions.dion.micro import optimizer_step
 from reproductions.dion.plan import (
     ADAMW_TUNED,
     BYTES_STEPS,
+    LONG_STEPS,
     LR_GRID,
     LR_PICKED,
-    LONG_STEPS,
     LR_TUNED,
     SCALAR_LR,
     SWEEP,
@@ -126,7 +126,10 @@ def test_the_tune_at_the_cards_horizon_trains_the_adamw_part_at_stage_ones_winne
     )
     arms = {(c.tokens // 1024, c.optimizer, c.variant.get("rank_fraction"), c.lr) for c in stage_two}
     assert arms == {
-        (steps, o, f, lr) for steps in LONG_STEPS for o, f in (("muon", None), ("dion", 0.25)) for lr in TUNE_MATRIX_GRID
+        (steps, o, f, lr)
+        for steps in LONG_STEPS
+        for o, f in (("muon", None), ("dion", 0.25))
+        for lr in TUNE_MATRIX_GRID
     }
     assert all(c.variant["scalar_lr"] == ADAMW_TUNED[c.tokens // 1024] for c in stage_two)
     assert {c.warmup_steps for c in stage_two} == {steps // 10 for steps in LONG_STEPS}
@@ -273,3 +276,13 @@ def test_declares_its_optimizer_pairs_and_readable_cards():
     assert {o.name for o in REPRODUCTION.optimizers} == {"dion"}
     if REPRODUCTION.claims.is_file():
         assert load_claims(REPRODUCTION.claims)
+
+
+@pytest.mark.parametrize("method", ["tp", "fsdp-tp"])
+def test_dion_under_tensor_parallelism_is_refused_before_launch(tmp_path, capsys, method):
+    """Its workers once failed with "sharded matrices must be split along rows" after start-up."""
+    from suite.cli import main
+
+    code = main(["run", method, "--nproc", "4", "--optimizer", "dion", "--tokens", "1000", "--results", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "column-split" in err and len(err.strip().splitlines()) == 1

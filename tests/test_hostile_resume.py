@@ -56,6 +56,33 @@ def test_a_run_json_that_differs_from_its_record_is_refused_saying_what_differs(
     assert "nproc 3 vs 2" in err and "checkpoint '/x' vs None" in err
 
 
+def test_a_record_whose_method_was_edited_is_not_resumed_as_the_run_of_its_run_json(tmp_path, capsys):
+    """Issue 46: a record saying fsdp beside a run.json (and settings) of ddp resumed the ddp checkpoint and wrote
+    a complete record elsewhere, leaving the original incomplete: one run, two records."""
+    cfg = RunConfig(method="ddp", tokens=1000, run_id="r5")
+    path = plant(tmp_path / "results", tmp_path / "ck", cfg, "python -m suite run ddp")
+    rec = json.loads(path.read_text())
+    rec["method"] = "fsdp"
+    path.write_text(json.dumps(rec))
+    code, err = _resume(capsys, path)
+    assert code == 2 and "method 'ddp' vs 'fsdp'" in err and len(err.splitlines()) == 1
+
+
+def test_two_resumes_of_one_checkpoint_folder_from_two_records_are_one_too_many(tmp_path, capsys):
+    """A copy of an incomplete record in another results folder resumes the same checkpoints: the checkpoint
+    folder has its own lock, so the second is refused naming the first."""
+    from suite.run.lock import one_writer
+
+    cfg = RunConfig(method="ddp", tokens=1000, run_id="r6")
+    path = plant(tmp_path / "results", tmp_path / "ck", cfg, "python -m suite run ddp")
+    copy = tmp_path / "elsewhere" / path.name
+    copy.parent.mkdir()
+    copy.write_text(path.read_text())
+    with one_writer(tmp_path / "ck" / "r6", "the first resume"):
+        code, err = _resume(capsys, copy)
+    assert code == 2 and "is being written by process" in err and "these checkpoints" in err
+
+
 def test_a_resumed_run_gets_the_checks_of_a_fresh_one(tmp_path, capsys):
     cfg = RunConfig(method="ddp", tokens=1000, run_id="r2", eval_every=0)  # saved and recorded alike
     code, err = _resume(capsys, plant(tmp_path / "results", tmp_path / "ck", cfg, "python -m suite run ddp"))

@@ -100,3 +100,31 @@ def test_a_resume_asks_room_for_one_checkpoint_when_the_newest_is_already_on_the
     newest.mkdir(parents=True)
     (newest / "loop.json").write_text("{}")
     limits.check_paths(cfg)
+
+
+@pytest.mark.parametrize(
+    "budget,message",
+    [
+        (["--tokens", "1e18"], "--tokens 1e+18 takes at least"),
+        (["--flops", "1e30"], "--flops 1e+30 takes at least"),
+        (["--target", "2", "--max-tokens", "1e17"], "--max-tokens 1e+17 takes at least"),
+        (["--time", "1e8"], "--time 1e+08 is 3.17 years"),
+    ],
+)
+def test_a_budget_no_machine_can_finish_is_refused_with_its_time(tmp_path, capsys, budget, message):
+    """Issue 46: `--tokens 1e18` trained with an ETA of 4e14 s. The time is a lower bound (a rate above this
+    machine's peak), so a budget it refuses could not finish here in LONGEST_S."""
+    code = main(["run", "ddp", "--nproc", "2", *budget, "--results", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "--over-limits" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_long_but_finishable_budget_passes_and_over_limits_lifts_the_refusal(tmp_path):
+    from suite.config import RunConfig
+
+    cfg = RunConfig(tokens=1e9, results=str(tmp_path))  # llama-tiny: hours here, not months
+    limits.check(cfg)
+    cfg.tokens = 1e18
+    with pytest.raises(ValueError, match="takes at least"):
+        limits.check(cfg)
+    limits.check(cfg, machine=False)

@@ -34,6 +34,13 @@ def build_dion(model: nn.Module, cfg: RunConfig, ctx: Context, params: dict) -> 
     )
 
 
+def check_dion(cfg: RunConfig) -> None:
+    """Dion steps matrices whole or split along rows (DDP, FSDP2, HSDP); tensor parallelism splits them along
+    columns too, which it does not implement."""
+    if cfg.method in ("tp", "fsdp-tp"):
+        raise ValueError(f"--optimizer dion does not step {cfg.method}'s column-split matrices; use ddp, fsdp or hsdp")
+
+
 DION = OptimizerSpec(
     "dion",
     build_dion,
@@ -46,4 +53,5 @@ DION = OptimizerSpec(
             float, None, "learning rate of the AdamW part (default: the run's lr)", low=0, low_open=True
         ),
     },
+    check=check_dion,
 )

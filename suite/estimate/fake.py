@@ -38,6 +38,8 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from suite.run.world import destroy_world
+
 BACKEND = "fake"
 
 
@@ -60,7 +62,7 @@ def fake_world(rank: int, world_size: int, gpus_per_node: int) -> Iterator[None]
         ):
             yield
     finally:
-        dist.destroy_process_group()
+        destroy_world()
 
 
 def _stays_real(args: tuple, kwargs: dict) -> bool:

@@ -6,10 +6,12 @@ record section, for measured runs and estimates alike (an estimate's record says
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from suite.extensions import declared
+from suite.meters import comm_check
 from suite.meters.base import Meter, MeterContext
 from suite.meters.comm import METHOD as COMM_METHOD
 from suite.meters.flops import FlopMeter
@@ -118,28 +120,48 @@ class Comm(Meter):
     def __init__(self, ctx: MeterContext) -> None:
         super().__init__(ctx)
         self.counted = 0
+        # the backend's own count over the same steps, where the run asks for the check (comm_check)
+        self.check = comm_check.CountWindow() if ctx.cfg.comm_check else None
 
     def steps(self) -> range:
         return comm_steps(self.ctx.cfg, self.ctx.period)
 
     def wrap(self, step: int) -> AbstractContextManager:
         self.counted += 1
-        return self.ctx.ledger
+        return self.ctx.ledger if self.check is None else _both(self.check, self.ctx.ledger)
 
     def local(self) -> dict:
-        return {"ops": self.ctx.ledger.ops(), "steps": self.counted}
+        out = {"ops": self.ctx.ledger.ops(), "steps": self.counted}
+        if self.check is not None:
+            out["check"] = self.check.rows(lambda name: self.ctx.ledger.group_label(name).name)
+        return out
 
     @classmethod
     def section(cls, per_rank: dict[int, Any], record: dict, weight: dict[int, int]) -> None:
         first = next(iter(per_rank.values()), None) or {"steps": 0}
         window = comm_steps_of(record, first["steps"])
         where = "counted on the fake process group" if _estimated(record) else "off the clock"
+        ranks = sorted((r, v) for r, v in per_rank.items() if v is not None)
         record["comm"] = {
             "method": f"{COMM_METHOD}; counted on steps {window} (one period of the method's pattern, "
             f"after DDP's bucket rebuild), {where}",
             "steps": first["steps"],
-            "per_rank": [{"rank": r, "ops": v["ops"]} for r, v in sorted(per_rank.items()) if v is not None],
+            "per_rank": [{"rank": r, "ops": v["ops"]} for r, v in ranks],
         }
+        if "check" in first:
+            differ = [f"rank {r}: {d}" for r, v in ranks for d in comm_check.differences(v["ops"], v["check"])]
+            record["comm"]["check"] = {
+                "method": comm_check.METHOD,
+                "agrees": not differ,
+                "differences": differ,
+                "per_rank": [{"rank": r, "ops": v["check"]} for r, v in ranks],
+            }
+
+
+@contextmanager
+def _both(outer: AbstractContextManager, inner: AbstractContextManager) -> Iterator[None]:
+    with outer, inner:
+        yield
 
 
 def comm_steps_of(record: dict, steps: int) -> str:

@@ -20,10 +20,12 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 METHOD = (
-    "TorchDispatchMode over c10d/_c10d_functional ops; bytes = logical payload per call; "
+    "TorchDispatchMode over c10d/_c10d_functional ops, DTensor ops let through to DTensor's dispatch so that the "
+    "collectives inside them are counted; bytes = logical payload per call; "
     "wire_bytes = per-rank ring formula (all-reduce 2(n-1)/n, gather/scatter/broadcast (n-1)/n); "
     "on gloo reduce-scatter runs as a full all-reduce, so its real wire traffic exceeds the formula"
 )
@@ -121,7 +123,7 @@ class CommLedger(TorchDispatchMode):
         """The labelled groups, in the order they were labelled: (the process group's own name, its label)."""
         return list(self._labels.items())
 
-    def _label(self, group_name: str) -> GroupLabel:
+    def group_label(self, group_name: str) -> GroupLabel:
         if group_name not in self._labels:
             group = dist.distributed_c10d._resolve_process_group(group_name)
             ranks = tuple(dist.get_process_group_ranks(group))
@@ -130,6 +132,11 @@ class CommLedger(TorchDispatchMode):
         return self._labels[group_name]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if any(issubclass(t, DTensor) for t in types):
+            # a mode runs before a tensor subclass: stepping aside lets DTensor's dispatch run with this mode still
+            # on the stack, so the collectives it issues inside (redistributions, the norm of clip_grad_norm_) come
+            # back here as plain-tensor ops (torch's CommDebugMode does the same)
+            return NotImplemented
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         if self.enabled and func.namespace in _NAMESPACES:
@@ -160,7 +167,7 @@ class CommLedger(TorchDispatchMode):
             outputs = _tensor_bytes(out)
         if group_name is None:
             return
-        self._label(group_name)
+        self.group_label(group_name)
         entry = self._totals[(_op_name(func), group_name)]
         entry[0] += 1
         entry[1] += max(inputs, outputs)
@@ -169,7 +176,7 @@ class CommLedger(TorchDispatchMode):
         """The ledger as record rows, one per (op, group)."""
         rows = []
         for (op, group_name), (count, payload) in sorted(self._totals.items()):
-            label = self._label(group_name)
+            label = self.group_label(group_name)
             rows.append(
                 {
                     "op": op,

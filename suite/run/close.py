@@ -26,7 +26,7 @@ from suite.meters.clock import StepClock
 from suite.meters.memory import allocator_settings
 from suite.records import RecordError, read_record, write_record
 from suite.run import checkpoint as ckpt
-from suite.run import faults
+from suite.run import faults, reserve
 from suite.run.protocols import Progress, Protocol
 from suite.run.resume import resuming
 from suite.timing import load_average
@@ -88,10 +88,13 @@ class Recorder:
         self.protocol, self.timing = protocol, timing
         # timed steps must run at the allocator's defaults (issue 19): what the process started with, {} if so
         record["env"]["allocator"] = allocator_settings()
+        if rank == 0:
+            reserve.hold(cfg.record_path())
 
-    def write(self) -> None:
+    def write(self, last: bool = False) -> None:
+        """Rank 0 writes the record; its `last` write may use the room kept for it (suite/run/reserve.py)."""
         if self.rank == 0:
-            write_record(self.record, self.cfg.record_path())
+            (reserve.write_last if last else write_record)(self.record, self.cfg.record_path())
 
     def log(self, p: Progress, train_loss: float, clock: StepClock, unit: str) -> None:
         """A point of the curve, and on rank 0 a line of progress on stderr."""
@@ -170,7 +173,7 @@ class Recorder:
                 + (f", validation loss {val:g})" if val is not None else ")")
                 + "; lower --set lr or raise warmup_steps"
             )
-        self.write()
+        self.write(last=True)
 
     def _throughput(self, clock: StepClock, flops_per_step: float, tokens_per_sequence: int) -> dict:
         """The clock's timed steps (a collective: every rank's CPU time is gathered)."""
@@ -203,7 +206,7 @@ class Recorder:
         self.record["status"] = "incomplete" if resumable or isinstance(err, KeyboardInterrupt) else "failed"
         self.record["error"] = faults.failure_text(err, self.cfg)
         try:
-            self.write()
+            self.write(last=True)
         except Exception as write_err:  # the original error matters more than this one
             print(f"could not write the record: {write_err}", file=sys.stderr)
 

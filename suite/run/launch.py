@@ -18,7 +18,8 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from suite.config import RunConfig
-from suite.records import FINISHED, RecordError, read_record, write_record
+from suite.records import FINISHED, RecordError, read_record
+from suite.run import reserve
 from suite.run.checkpoint import newest_intact, run_folder
 from suite.run.faults import LAUNCHER_PID
 from suite.run.limits import oom_kills
@@ -44,6 +45,8 @@ def launch(cfg: RunConfig) -> Path:
             rank, failure = err.get_first_failure()
             oom = kills is not None and (oom_kills() or 0) > kills
             _mark_failed(cfg, f"worker {rank} {exit_text(failure.exitcode, oom)}")
+        finally:
+            reserve.release(cfg.record_path())  # a worker killed before its last write left it
     return cfg.record_path()
 
 
@@ -114,6 +117,6 @@ def close_record(cfg: RunConfig, status: str, account: Callable[[str | None], st
         return
     rec["status"], rec["error"] = status, account(rec.get("error") or None)
     try:
-        write_record(rec, path)
-    except OSError as err:  # a full disk: the run's own account goes to stderr instead
+        reserve.write_last(rec, path)
+    except OSError as err:  # a full disk even so: the run's own account goes to stderr instead
         print(f"could not write the record {path} ({err}); the run ended: {rec['error']}", file=sys.stderr)

@@ -16,10 +16,14 @@ from pathlib import Path
 
 from suite.config import RunConfig, check_settings
 from suite.run.checkpoint import latest, run_folder
+from suite.run.reserve import RECORD_BYTES
 
-RECORD_BYTES = 16 * 2**20  # room for a record and its temporary (a long curve is a few MB)
 WORKERS_PER_CORE = 4  # gloo workers per core before the run is mostly waiting (tests run 4 on 2 cores)
 _CGROUP = Path("/sys/fs/cgroup")
+# Above any device's rate, so that a budget's time at them is a lower bound: a CPU core at 3 GHz doing two 16-wide
+# fp32 fused multiply-adds a cycle gives 1.9e11 FLOP/s, and no GPU this suite knows has a dense peak above 2e15
+CORE_FLOPS, GPU_FLOPS = 2e11, 2e15
+LONGEST_S = 30 * 86400  # a budget that needs longer than this even at those rates is refused
 
 
 def check_seq_len(cfg: RunConfig) -> None:
@@ -47,7 +51,7 @@ def check_paths(cfg: RunConfig) -> None:
         need = checkpoint_bytes(cfg) * (1 if held else 2)
         what = f"{'one more checkpoint' if held else 'checkpoints'} (estimated: 12 bytes a parameter a worker each)"
         _check_free(Path(cfg.checkpoint_dir), need, what)
-    _check_free(Path(cfg.results), RECORD_BYTES, "the run record")
+    _check_free(Path(cfg.results), 2 * RECORD_BYTES, "the run record and the room kept for its last write")
 
 
 def _check_writable(folder: Path, what: str) -> None:
@@ -127,6 +131,31 @@ def check_machine(cfg: RunConfig) -> None:
         )
 
 
+def check_budget(cfg: RunConfig) -> None:
+    """A budget this machine cannot finish: longer than LONGEST_S, a time or, for tokens and FLOPs, estimated at a
+    rate above its devices' peak (6 FLOPs a parameter a token); ValueError naming --over-limits."""
+    if cfg.time_s is not None:
+        flag, seconds, how = f"--time {cfg.time_s:g} is", cfg.time_s, ""
+    else:
+        tokens = cfg.tokens or cfg.max_tokens or 0
+        flag = f"--flops {cfg.flops:g}" if cfg.flops else f"--{'tokens' if cfg.tokens else 'max-tokens'} {tokens:g}"
+        flag += " takes at least"
+        rate = cores() * CORE_FLOPS if cfg.device == "cpu" else cfg.nproc * GPU_FLOPS
+        seconds = (cfg.flops or 6 * params_of(cfg) * tokens) / rate
+        where = f"{cores()} cores" if cfg.device == "cpu" else f"{cfg.nproc} GPUs"
+        how = f" (estimated: 6 FLOPs a parameter a token at {rate:.1e} FLOP/s, above the peak of {where})"
+    if seconds > LONGEST_S:
+        raise ValueError(
+            f"{flag} {_duration(seconds)}{how}, over the {LONGEST_S // 86400} days a run may take; "
+            "lower the budget, or add --over-limits to run anyway"
+        )
+
+
+def _duration(seconds: float) -> str:
+    days = seconds / 86400
+    return f"{days / 365.25:,.3g} years" if days > 365.25 else f"{days:,.0f} days"
+
+
 def oom_kills() -> int | None:
     """How many processes the kernel's OOM killer has killed in this cgroup (None where it does not say)."""
     try:
@@ -147,3 +176,4 @@ def check(cfg: RunConfig, machine: bool = True) -> None:
     check_paths(cfg)
     if machine:
         check_machine(cfg)
+        check_budget(cfg)

@@ -35,13 +35,15 @@ class OptimizerSpec:
     """`build(model, cfg, ctx, params)` returns the torch.optim.Optimizer over this rank's parameters.
 
     `params` declares each parameter the optimizer takes through `--set` (suite.params.Param); `build` receives
-    them parsed, with the declared defaults filled in.
+    them parsed, with the declared defaults filled in. `check(cfg)`, where given, raises ValueError naming the fix
+    for a run it cannot step (before any worker starts).
     """
 
     name: str
     build: Callable
     description: str = ""
     params: dict[str, Param] = field(default_factory=dict)
+    check: Callable[[RunConfig], None] | None = None
 
 
 def optimizers() -> dict[str, OptimizerSpec]:
@@ -58,6 +60,8 @@ def get_spec(name: str) -> OptimizerSpec:
 def split_variant(cfg: RunConfig) -> tuple[dict, dict]:
     """(method parameters, optimizer parameters) of cfg.variant: the optimizer's own keys go to it, parsed."""
     spec = get_spec(cfg.optimizer)
+    if spec.check is not None:
+        spec.check(cfg)
     method = {k: v for k, v in cfg.variant.items() if k not in spec.params}
     given = parse_params(
         f"optimizer {spec.name}", spec.params, {k: v for k, v in cfg.variant.items() if k in spec.params}

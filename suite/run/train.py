@@ -24,6 +24,7 @@ from torch import nn
 
 from suite.config import RunConfig
 from suite.evals.model_file import trajectory_path
+from suite.meters import comm_check
 from suite.meters.clock import StepClock, peak_flops
 from suite.meters.comm import CommLedger
 from suite.run import checkpoint as ckpt
@@ -36,6 +37,7 @@ from suite.run.protocols import Progress, from_args
 from suite.run.recorder import new_record, new_run_id
 from suite.run.resume import Checkpoints, Position, resuming
 from suite.run.strategy import Context, get_strategy
+from suite.run.world import destroy_world
 
 
 class Worker:
@@ -49,7 +51,7 @@ class Worker:
         self.spent = 0.0  # fraction of the budget used, which a cosine schedule follows
         self.skipped_steps = 0  # steps the loss scaler skipped (a gradient not finite)
         self.device = device_for(cfg)
-        backend = "nccl" if self.device.type == "cuda" else "gloo"
+        backend = "nccl" if self.device.type == "cuda" else comm_check.register() if cfg.comm_check else "gloo"
         timeout = faults.set_collective_timeout(cfg.collective_timeout_s)
         if not dist.is_initialized():
             device_id = self.device if self.device.type == "cuda" else None
@@ -235,8 +237,8 @@ def _end_process_groups() -> None:
     collector frees, so they were alive as the interpreter exited. A gloo thread that drops the last reference
     to a tensor Python has let go takes the GIL to free its Python object (torch's PyInterpreter decref); if
     finalization starts while it waits, Python ends that thread inside the tensor's noexcept destructor and the
-    process aborts. Collecting here joins those threads first.
+    process aborts. Collecting here joins those threads first. DTensor's cached plans go with the groups
+    (suite/run/world.py).
     """
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    destroy_world()
     gc.collect()
