@@ -1,11 +1,16 @@
 """The run record: its JSON Schema, atomic writing, and loading into pandas.
 
 A record is written with a temporary file and a rename, so a reader never sees half a record; a
-record that fails the schema is never written (the error names the field).
+record that fails the schema is never written (the error names the field). Each write seals the record with a
+digest of its content, and a reader refuses a record whose digest or internal consistency does not hold (an edited
+copy with another run id and its losses set to 0.001 was once read as a run): its settings against the fields
+that name the run, its curve against its totals, its arm against its configuration. A record without a digest
+(written before records carried one) is read on its consistency alone.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from functools import lru_cache
 from importlib import resources
@@ -76,6 +81,54 @@ def validate(record: dict) -> None:
         raise RecordError(_one_line(f"record field {where}: {err.message}"))
 
 
+def digest_of(record: dict) -> str:
+    """sha256 of the record's content: every key but the digest and a reader's own (`_path`), canonical JSON."""
+    body = {k: v for k, v in record.items() if k != "digest" and not k.startswith("_")}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def inconsistencies(record: dict) -> list[str]:
+    """What in a valid record disagrees with the rest of it ([] where it agrees with itself)."""
+    settings, out = record.get("settings") or {}, []
+    named = {
+        "method": record.get("method"),
+        "reproduction": record.get("reproduction"),
+        "model": (record.get("model") or {}).get("name"),
+        "nproc": (record.get("parallel") or {}).get("world_size"),
+        "seed": (record.get("env") or {}).get("seed"),
+    }
+    if isinstance(record.get("optimizer"), dict):
+        named["optimizer"] = record["optimizer"].get("name")
+    out += [
+        f"{k} is {v!r} but its settings say {settings[k]!r}"
+        for k, v in named.items()
+        if k in settings and settings[k] != v
+    ]
+    curve, totals = record.get("curve") or [], record.get("totals") or {}
+    if [p["step"] for p in curve] != sorted(p["step"] for p in curve):
+        out.append("its curve's steps go backwards")
+    if record.get("status") in FINISHED and curve and "steps" in totals:
+        last = curve[-1]
+        if (last["step"], last["tokens"]) != (totals["steps"], totals.get("tokens", last["tokens"])):
+            out.append(
+                f"its curve ends at step {last['step']} ({last['tokens']:,} tokens), its totals say step "
+                f"{totals['steps']} ({totals.get('tokens', 0):,} tokens)"
+            )
+    if "arm" in record and record["arm"] != arm_of({**record, "arm": None}):
+        out.append("its arm is not the arm of its configuration")
+    return out
+
+
+def check_sealed(record: dict) -> None:
+    """RecordError where the record's digest (if it has one) or its consistency does not hold."""
+    if "digest" in record and record["digest"] != digest_of(record):
+        raise RecordError("its content is not what the run wrote (the digest differs): edited or damaged")
+    wrong = inconsistencies(record)
+    if wrong:
+        raise RecordError(_one_line("it disagrees with itself: " + "; ".join(wrong)))
+
+
 def _short(value: Any, limit: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= limit else f"{text[: limit - 3]}..."
@@ -110,6 +163,7 @@ def write_record(record: dict, path: str | Path) -> Path:
     from its final configuration."""
     record["arm"] = arm_of({**record, "arm": None})
     validate(record)
+    record["digest"] = digest_of(record)
     return atomic_write(path, lambda f: json.dump(record, f, indent=1, sort_keys=False, allow_nan=False))
 
 
@@ -136,6 +190,7 @@ def read_record(path: str | Path) -> dict:
         raise RecordError(f"{path}: a record is a JSON object, found {type(record).__name__}")
     try:
         validate(record)
+        check_sealed(record)
     except RecordError as err:
         raise RecordError(f"{path}: {err}") from None
     return record
