@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from suite.cli import main
-from suite.records import read_record
+from suite.records import read_record, write_record
 from suite.run.checkpoint import CheckpointError, _SafeReader, read_loop
 from tests.conftest import ROOT, run_cli
 
@@ -105,7 +105,7 @@ def test_resume_of_a_complete_or_uncheckpointed_run_names_the_fix(tmp_path, caps
     rec = {k: v for k, v in record.items() if k != "_path"}
     rec["status"], rec["run_id"] = "incomplete", "never-checkpointed"
     rec["settings"]["checkpoint_dir"] = str(tmp_path)
-    (tmp_path / "r.json").write_text(json.dumps(rec))
+    write_record(rec, tmp_path / "r.json")  # as the suite writes an interrupted run's record
     code, err = _main(capsys, "run", "--resume", str(tmp_path / "r.json"))
     assert code == 2 and "run it again" in err
 

@@ -66,9 +66,17 @@ def assert_same_losses(a: dict, b: dict, rel: float = 1e-5) -> None:
         assert (va is None and vb is None) or va == pytest.approx(vb, rel=rel)
 
 
-def per_step(record: dict, rank: int = 0, tier: str | None = None, group: str | None = None) -> float:
-    ops = record["comm"]["per_rank"][rank]["ops"]
-    picked = [o for o in ops if (tier is None or o["tier"] == tier) and (group is None or o["group"] == group)]
+def per_step(
+    record: dict, rank: int = 0, tier: str | None = None, group: str | None = None, ops: tuple[str, ...] | None = None
+) -> float:
+    rows = record["comm"]["per_rank"][rank]["ops"]
+    picked = [
+        o
+        for o in rows
+        if (tier is None or o["tier"] == tier)
+        and (group is None or o["group"] == group)
+        and (not ops or o["op"] in ops)
+    ]
     return sum(o["bytes"] for o in picked) / record["comm"]["steps"]
 
 
@@ -102,9 +110,11 @@ def test_diloco_with_outer_sgd_lr1_no_momentum_is_fedavg_and_bytes_fall_as_1_ove
     assert_same_losses(diloco, fedavg)
     every = every_step(shared)  # plain SGD: the same collectives as AdamW's steps
     assert fedavg["comm"]["steps"] == 2 and every["comm"]["steps"] == 1
-    # between aggregations only the group's own FSDP traffic: per step, inter-group bytes halve at F = 2
+    # between aggregations only the group's own FSDP traffic: per step, inter-group bytes halve at F = 2; within the
+    # group the same gathers and reduce-scatters (EVERY_STEP turns clipping and its norm all-reduce off)
     assert per_step(fedavg, tier=INTER) == per_step(every, tier=INTER) / 2
-    assert per_step(fedavg, tier=INTRA) == per_step(every, tier=INTRA)
+    fsdp = ("all_gather", "reduce_scatter")
+    assert per_step(fedavg, tier=INTRA, ops=fsdp) == per_step(every, tier=INTRA, ops=fsdp)
     fl = fedavg["parallel"]["fl"]
     wire = sum(o["wire_bytes"] for o in fedavg["comm"]["per_rank"][0]["ops"] if o["tier"] == INTER) / 2
     assert wire == pytest.approx(fl["ring_bytes_per_step"][INTER], rel=1e-9)

@@ -56,22 +56,35 @@ def test_a_run_json_that_differs_from_its_record_is_refused_saying_what_differs(
     assert "nproc 3 vs 2" in err and "checkpoint '/x' vs None" in err
 
 
-def test_a_record_whose_method_was_edited_is_not_resumed_as_the_run_of_its_run_json(tmp_path, capsys):
+def _no_launch(monkeypatch) -> None:
+    """A refusal is the expected end: a launch (what a regression would do) fails at once instead of training."""
+    from suite.run import launch
+
+    def refuse(cfg):
+        raise AssertionError("the resume launched its workers")
+
+    monkeypatch.setattr(launch, "launch", refuse)
+
+
+def test_a_record_whose_method_was_edited_is_not_resumed_as_the_run_of_its_run_json(tmp_path, capsys, monkeypatch):
     """Issue 46: a record saying fsdp beside a run.json (and settings) of ddp resumed the ddp checkpoint and wrote
     a complete record elsewhere, leaving the original incomplete: one run, two records."""
+    _no_launch(monkeypatch)
     cfg = RunConfig(method="ddp", tokens=1000, run_id="r5")
     path = plant(tmp_path / "results", tmp_path / "ck", cfg, "python -m suite run ddp")
     rec = json.loads(path.read_text())
     rec["method"] = "fsdp"
     path.write_text(json.dumps(rec))
-    code, err = _resume(capsys, path)
-    assert code == 2 and "method 'ddp' vs 'fsdp'" in err and len(err.splitlines()) == 1
+    code, err = _resume(capsys, path)  # its digest no longer holds (suite/records.py), nor its settings' method
+    assert code == 2 and "the digest differs" in err and len(err.splitlines()) == 1
 
 
-def test_two_resumes_of_one_checkpoint_folder_from_two_records_are_one_too_many(tmp_path, capsys):
+def test_two_resumes_of_one_checkpoint_folder_from_two_records_are_one_too_many(tmp_path, capsys, monkeypatch):
     """A copy of an incomplete record in another results folder resumes the same checkpoints: the checkpoint
     folder has its own lock, so the second is refused naming the first."""
     from suite.run.lock import one_writer
+
+    _no_launch(monkeypatch)
 
     cfg = RunConfig(method="ddp", tokens=1000, run_id="r6")
     path = plant(tmp_path / "results", tmp_path / "ck", cfg, "python -m suite run ddp")

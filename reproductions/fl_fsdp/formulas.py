@@ -28,6 +28,7 @@ def ring_bytes(
     hsdp: S = s, R = n / s; fl-fsdp: groups of g; fl-hsdp: groups of g sharded over s. `b` is the gathered
     parameters' bytes per element; `b_reduce` the gradients' in reductions, `b_param` the stored parameters'
     (what the averaging moves): both `b` unless given (FSDP2's bf16 policy gathers 2 and reduces 4 bytes).
+    Gradient clipping's norm all-reduce (4 bytes a parameter tensor a step, on the shard group) is left out.
     """
     br, bp = b_reduce or b, b_param or b
 

@@ -175,7 +175,7 @@ def resumable_config(record: dict, planned: RunConfig | None = None) -> RunConfi
     cfg = config_of(folder)
     if cfg.run_id != run_id or folder.name != run_id:
         raise CheckpointError(f"run.json at {folder} is of run {cfg.run_id!r}, the record of run {run_id!r}")
-    diff = differences(cfg, {**(record.get("settings") or {}), **_identity(record)})
+    diff = differences(cfg, {**(record.get("settings") or {}), "nproc": record["parallel"]["world_size"]})
     if planned is not None:
         diff += [f"{d} (planned)" for d in differences(cfg, dataclasses.asdict(planned), OPERATIONAL)]
     if diff:
@@ -193,22 +193,6 @@ def resumable_config(record: dict, planned: RunConfig | None = None) -> RunConfi
     if "_path" in record:
         cfg.results = str(Path(record["_path"]).parent)
     return cfg
-
-
-def _identity(record: dict) -> dict:
-    """What a record says of its run outside its settings, as RunConfig fields: an edit there (a record whose
-    method says fsdp beside settings and run.json of ddp) must not pass as the run it names."""
-    out = {"nproc": (record.get("parallel") or {}).get("world_size")}
-    for key, value in (
-        ("method", record.get("method")),
-        ("reproduction", record.get("reproduction")),
-        ("model", (record.get("model") or {}).get("name")),
-        ("optimizer", (record.get("optimizer") or {}).get("name")),
-        ("seed", (record.get("env") or {}).get("seed")),
-    ):
-        if value is not None:
-            out[key] = value
-    return out
 
 
 def write_config(cfg: RunConfig) -> None:
