@@ -158,7 +158,7 @@ def test_an_interrupted_plan_keeps_what_it_wrote_and_records_the_interruption(la
 def test_two_complete_records_of_one_configuration_are_reported(launched, tmp_path, capsys):
     first = reproduce.run_plan(_plan(), tmp_path)
     copy = Path(first[0]["_path"]).with_name("copy.json")
-    copy.write_text(json.dumps({**read_record(first[0]["_path"]), "run_id": "copy"}))
+    write_record({**read_record(first[0]["_path"]), "run_id": "copy"}, copy)  # sealed, as a second run writes it
     capsys.readouterr()
     reproduce.run_plan(_plan(), tmp_path)
     assert "2 complete records of one configuration" in capsys.readouterr().err
