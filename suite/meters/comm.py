@@ -90,11 +90,12 @@ def tier_of(ranks: list[int]) -> str:
     return "intra-node" if len({r // max(local, 1) for r in ranks}) <= 1 else "inter-node"
 
 
-def _tensor_bytes(value) -> int:
+def tensor_bytes(value: object) -> int:
+    """Bytes of a tensor, or of every tensor in a (nested) list or tuple; 0 for anything else."""
     if isinstance(value, torch.Tensor):
         return value.numel() * value.element_size()
     if isinstance(value, (list, tuple)):
-        return sum(_tensor_bytes(v) for v in value)
+        return sum(tensor_bytes(v) for v in value)
     return 0
 
 
@@ -160,11 +161,11 @@ class CommLedger(TorchDispatchMode):
             elif arg.name == "group_name":
                 group_name = value
             elif "output" in arg.name:
-                outputs += _tensor_bytes(value)
+                outputs += tensor_bytes(value)
             else:
-                inputs += _tensor_bytes(value)
+                inputs += tensor_bytes(value)
         if func.namespace == "_c10d_functional":
-            outputs = _tensor_bytes(out)
+            outputs = tensor_bytes(out)
         if group_name is None:
             return
         self.group_label(group_name)

@@ -17,6 +17,8 @@ from collections import Counter
 import torch
 import torch.distributed as dist
 
+from suite.meters.comm import tensor_bytes
+
 BACKEND = "counted_gloo"
 METHOD = (
     "a process-group backend wrapping gloo that counts each call it executes (count, and bytes by the ledger's "
@@ -24,14 +26,6 @@ METHOD = (
 )
 # backend group name -> its backend, for the groups of this process
 _BACKENDS: dict[str, CountingBackend] = {}
-
-
-def _bytes(value) -> int:
-    if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
-    if isinstance(value, (list, tuple)):
-        return sum(_bytes(v) for v in value)
-    return 0
 
 
 class CountingBackend(torch._C._distributed_c10d.Backend):
@@ -47,75 +41,75 @@ class CountingBackend(torch._C._distributed_c10d.Backend):
         self.counts[(op, "bytes")] += payload
 
     def allreduce(self, tensors, opts):
-        self._count("all_reduce", _bytes(tensors))
+        self._count("all_reduce", tensor_bytes(tensors))
         return self.inner.allreduce(tensors, opts)
 
     def allreduce_coalesced(self, tensors, opts):
-        self._count("all_reduce", _bytes(tensors))
+        self._count("all_reduce", tensor_bytes(tensors))
         return self.inner.allreduce_coalesced(tensors, opts)
 
     def allgather(self, outputs, inputs, opts):
-        self._count("all_gather", max(_bytes(outputs), _bytes(inputs)))
+        self._count("all_gather", max(tensor_bytes(outputs), tensor_bytes(inputs)))
         return self.inner.allgather(outputs, inputs, opts)
 
     def all_gather_single(self, output, input, opts):
-        self._count("all_gather", _bytes(output))
+        self._count("all_gather", tensor_bytes(output))
         return self.inner.all_gather_single(output, input, opts)
 
     def all_gather_single_coalesced(self, outputs, inputs, opts):
-        self._count("all_gather", _bytes(outputs))
+        self._count("all_gather", tensor_bytes(outputs))
         return self.inner.all_gather_single_coalesced(outputs, inputs, opts)
 
     def allgather_coalesced(self, outputs, inputs, opts):
-        self._count("all_gather", max(_bytes(outputs), _bytes(inputs)))
+        self._count("all_gather", max(tensor_bytes(outputs), tensor_bytes(inputs)))
         return self.inner.allgather_coalesced(outputs, inputs, opts)
 
     def reduce_scatter(self, outputs, inputs, opts):
-        self._count("reduce_scatter", _bytes(inputs))
+        self._count("reduce_scatter", tensor_bytes(inputs))
         return self.inner.reduce_scatter(outputs, inputs, opts)
 
     def reduce_scatter_single(self, output, input, opts):
-        self._count("reduce_scatter", _bytes(input))
+        self._count("reduce_scatter", tensor_bytes(input))
         return self.inner.reduce_scatter_single(output, input, opts)
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts):
-        self._count("reduce_scatter", _bytes(inputs))
+        self._count("reduce_scatter", tensor_bytes(inputs))
         return self.inner.reduce_scatter_single_coalesced(outputs, inputs, opts)
 
     def broadcast(self, tensors, opts):
-        self._count("broadcast", _bytes(tensors))
+        self._count("broadcast", tensor_bytes(tensors))
         return self.inner.broadcast(tensors, opts)
 
     def alltoall(self, outputs, inputs, opts):
-        self._count("all_to_all", max(_bytes(outputs), _bytes(inputs)))
+        self._count("all_to_all", max(tensor_bytes(outputs), tensor_bytes(inputs)))
         return self.inner.alltoall(outputs, inputs, opts)
 
     def all_to_all_single(self, output, input, output_splits, input_splits, opts):
-        self._count("all_to_all", max(_bytes(output), _bytes(input)))
+        self._count("all_to_all", max(tensor_bytes(output), tensor_bytes(input)))
         return self.inner.all_to_all_single(output, input, output_splits, input_splits, opts)
 
     def gather(self, outputs, inputs, opts):
-        self._count("gather", max(_bytes(outputs), _bytes(inputs)))
+        self._count("gather", max(tensor_bytes(outputs), tensor_bytes(inputs)))
         return self.inner.gather(outputs, inputs, opts)
 
     def scatter(self, outputs, inputs, opts):
-        self._count("scatter", max(_bytes(outputs), _bytes(inputs)))
+        self._count("scatter", max(tensor_bytes(outputs), tensor_bytes(inputs)))
         return self.inner.scatter(outputs, inputs, opts)
 
     def reduce(self, tensors, opts):
-        self._count("reduce", _bytes(tensors))
+        self._count("reduce", tensor_bytes(tensors))
         return self.inner.reduce(tensors, opts)
 
     def send(self, tensors, dst, tag):
-        self._count("send", _bytes(tensors))
+        self._count("send", tensor_bytes(tensors))
         return self.inner.send(tensors, dst, tag)
 
     def recv(self, tensors, src, tag):
-        self._count("recv", _bytes(tensors))
+        self._count("recv", tensor_bytes(tensors))
         return self.inner.recv(tensors, src, tag)
 
     def recv_anysource(self, tensors, tag):
-        self._count("recv", _bytes(tensors))
+        self._count("recv", tensor_bytes(tensors))
         return self.inner.recv_anysource(tensors, tag)
 
     def barrier(self, opts):  # the ledger skips barriers too
