@@ -139,6 +139,11 @@ def register() -> str:
     return BACKEND
 
 
+def forget() -> None:
+    """Let go of the backends of a world that ended: a gloo backend's threads live as long as a reference to it."""
+    _BACKENDS.clear()
+
+
 class CountWindow:
     """The backends' counts over the steps it is entered for (the ledger's steps), by (op, group name)."""
 

@@ -58,7 +58,8 @@ def get_spec(name: str) -> OptimizerSpec:
 
 
 def split_variant(cfg: RunConfig) -> tuple[dict, dict]:
-    """(method parameters, optimizer parameters) of cfg.variant: the optimizer's own keys go to it, parsed."""
+    """(method parameters, optimizer parameters) of cfg.variant: the optimizer's own keys go to it, parsed, once the
+    optimizer's own check (OptimizerSpec.check) has passed."""
     spec = get_spec(cfg.optimizer)
     if spec.check is not None:
         spec.check(cfg)

@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
+from suite.meters import comm_check
+
 
 def destroy_world() -> None:
-    """destroy_process_group() where a group exists, and every DTensor plan cached while it did."""
+    """destroy_process_group() where a group exists, the counting backends of its groups (suite/meters/
+    comm_check.py), and every DTensor plan cached while it existed."""
     from torch.distributed.tensor import _redistribute
     from torch.distributed.tensor.debug import _clear_sharding_prop_cache
 
     if dist.is_initialized():
         dist.destroy_process_group()
+    comm_check.forget()
     _clear_sharding_prop_cache()
     _redistribute.clear_redistribute_planner_cache()
     _redistribute._gen_transform_infos.cache_clear()
