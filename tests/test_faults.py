@@ -215,6 +215,11 @@ def test_a_killed_worker_leaves_a_resumable_record_and_a_damaged_newest_checkpoi
     killed, seconds, _ = _run(tmp_path, "killed", 2, "--checkpoint-every", "2", "--kill-rank", "0", "--at-step", "5")
     assert killed["status"] == "incomplete"
     assert "worker 0 was killed by SIGKILL" in killed["error"] and "--resume" in killed["error"]
+    # issue 46: an interrupted record once said totals.steps 0 beside a curve of many steps
+    assert (killed["totals"]["steps"], killed["totals"]["tokens"]) == (
+        killed["curve"][-1]["step"],
+        killed["curve"][-1]["tokens"],
+    )
     assert seconds < 120  # the launcher stopped the other worker: no hang
     folder = tmp_path / "checkpoints" / killed["run_id"]
     shard = sorted((folder / "step-000004").glob("*.distcp"))[-1]

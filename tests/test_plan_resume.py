@@ -5,7 +5,6 @@ exercised by tests/test_no_leaks.py); microbenchmark items and estimates are rea
 
 from __future__ import annotations
 
-import json
 import signal
 from pathlib import Path
 

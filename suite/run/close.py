@@ -108,6 +108,8 @@ class Recorder:
                 "val_loss": finite_or_none(p.val_loss),
             }
         )
+        # an interrupted run's record is written as it stands: its totals keep up with its curve (close sets them all)
+        self.record["totals"].update(steps=p.step, tokens=p.tokens)
         if self.rank != 0:
             return
         tps = clock.tokens_per_s()
