@@ -55,3 +55,12 @@ def test_a_disk_full_even_without_the_room_raises_for_the_caller_to_say_so(tmp_p
     cfg = RunConfig(tokens=1000, run_id="r3", results=str(tmp_path))
     with pytest.raises(OSError):
         reserve.write_last(failed_record(cfg, 2, "x"), tmp_path / "r3.json")
+
+
+def test_an_estimate_keeps_no_room_and_a_run_leaves_none(tmp_path):
+    """The room is a run's (suite/run/train.py): estimates once left a 16 MiB file beside each of their records."""
+    from suite.cli import main
+
+    args = ["estimate", "ddp", "--model", "llama-tiny", "--world-size", "2", "--set", "micro_batch=1"]
+    assert main([*args, "--set", "seq_len=32", "--results", str(tmp_path)]) == 0
+    assert list(tmp_path.glob("*.json")) and not list(tmp_path.glob(".*.reserve"))

@@ -88,11 +88,10 @@ class Recorder:
         self.protocol, self.timing = protocol, timing
         # timed steps must run at the allocator's defaults (issue 19): what the process started with, {} if so
         record["env"]["allocator"] = allocator_settings()
-        if rank == 0:
-            reserve.hold(cfg.record_path())
 
     def write(self, last: bool = False) -> None:
-        """Rank 0 writes the record; its `last` write may use the room kept for it (suite/run/reserve.py)."""
+        """Rank 0 writes the record; its `last` write may use the room a run keeps for it (suite/run/reserve.py; an
+        estimate keeps none)."""
         if self.rank == 0:
             (reserve.write_last if last else write_record)(self.record, self.cfg.record_path())
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import zipfile
+from functools import cache
 from pathlib import Path
 
 from suite.config import RunConfig, check_settings
@@ -71,12 +72,18 @@ def _check_free(folder: Path, need: int, what: str) -> None:
 
 def params_of(cfg: RunConfig) -> int:
     """The model's parameter count, built on the meta device (no memory)."""
+    return _params(cfg.model)
+
+
+@cache
+def _params(model: str) -> int:
+    # the memory, checkpoint and budget checks all ask, for every run of a plan: one build per model
     import torch
 
     from suite import models
 
     with torch.device("meta"):
-        return models.num_params(models.build_model(cfg.model))
+        return models.num_params(models.build_model(model))
 
 
 def checkpoint_bytes(cfg: RunConfig) -> int:

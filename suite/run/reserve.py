@@ -1,9 +1,10 @@
 """Room kept for a run's last record, so that a disk that fills during the run still gets the record saying so.
 
 Without it, the record stayed as the last checkpoint had left it (`incomplete`, no error) because writing the
-failure needs room too. Rank 0 holds a file of RECORD_BYTES beside the record (a dot name, which readers of a
-results folder skip) from set-up to the record's last write; a write that finds the disk full frees it and tries
-once more. The launcher frees it whatever happened to the workers.
+failure needs room too. Rank 0 of a run (suite/run/train.py; an estimate holds none) keeps a file of RECORD_BYTES
+beside the record (a dot name, which readers of a results folder skip) until the record's last write; a write that
+finds the disk full frees it and tries once more. The worker frees it as it ends, and the launcher whatever happened
+to the workers.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from suite.meters import comm_check
 from suite.meters.clock import StepClock, peak_flops
 from suite.meters.comm import CommLedger
 from suite.run import checkpoint as ckpt
-from suite.run import faults
+from suite.run import faults, reserve
 from suite.run.build import build_parts, describe_build, device_for
 from suite.run.close import Recorder, Timing
 from suite.run.evaluate import Evaluator
@@ -217,6 +217,9 @@ def train(cfg: RunConfig, store: dict | None = None, since: float | None = None)
     `store`: init_process_group's store arguments for a world of this run's own (suite/plan/multirun.py); `since`:
     when this process became free for the run (its start by default), for the record's timing."""
     worker = Worker(cfg, store, since)
+    first = worker.rank == 0
+    if first:  # room for the record's last write, freed by it or here (suite/run/reserve.py)
+        reserve.hold(cfg.record_path())
     try:
         worker.build()
         worker.run()
@@ -225,6 +228,8 @@ def train(cfg: RunConfig, store: dict | None = None, since: float | None = None)
         raise
     finally:
         del worker
+        if first:
+            reserve.release(cfg.record_path())
         _end_process_groups()
     return cfg.record_path()
 
