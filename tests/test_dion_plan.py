@@ -15,6 +15,7 @@ from reproductions.dion.micro import optimizer_step
 from reproductions.dion.plan import (
     ADAMW_TUNED,
     BYTES_STEPS,
+    HORIZON_MATRIX_GRID,
     LONG_STEPS,
     LR_GRID,
     LR_PICKED,
@@ -25,7 +26,6 @@ from reproductions.dion.plan import (
     TIME_STEPS,
     TIME_WORLD,
     TUNE_GRID,
-    TUNE_MATRIX_GRID,
     TUNE_STEPS,
     TUNE_SWEEP,
     plan,
@@ -129,7 +129,7 @@ def test_the_tune_at_the_cards_horizon_trains_the_adamw_part_at_stage_ones_winne
         (steps, o, f, lr)
         for steps in LONG_STEPS
         for o, f in (("muon", None), ("dion", 0.25))
-        for lr in TUNE_MATRIX_GRID
+        for lr in HORIZON_MATRIX_GRID[steps]
     }
     assert all(c.variant["scalar_lr"] == ADAMW_TUNED[c.tokens // 1024] for c in stage_two)
     assert {c.warmup_steps for c in stage_two} == {steps // 10 for steps in LONG_STEPS}

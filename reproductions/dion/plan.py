@@ -28,7 +28,8 @@ winners are LR_TUNED.
 Tune-adamw and tune-matrix (CPU, estimated 25 and 60 minutes): the tune at the cards' horizon (issue 41 item 8) in
 two stages on seed 0 at each quality budget (LONG_STEPS), filed as TUNE_SWEEP; suite.judge.sweeps names each budget's
 arm apart (budget=...). Stage one, the AdamW arm at every rate of TUNE_GRID; its winners (ADAMW_TUNED) train the
-AdamW part of Muon and Dion at that budget in stage two, Muon and Dion at rank 1/4 at every rate of TUNE_MATRIX_GRID.
+AdamW part of Muon and Dion at that budget in stage two, Muon and Dion at rank 1/4 at every rate of that budget's
+HORIZON_MATRIX_GRID.
 Quality (CPU, 4,796 s measured on 2 cores, results/dion-quality; estimated 64 minutes, see quality_wall_s): the four
 quality arms (AdamW, Muon, Dion at rank 1/4 and at full rank, micro-batch 8, one process; the claims name them by
 their micro-batch, the cost runs' is 4) on the stdlib corpus at two budgets a factor 2 apart (LONG_STEPS), seeds
@@ -88,8 +89,11 @@ LR_TUNED = {"adamw": 2e-3, "muon": 0.05, "dion": 0.025}
 # (tune-adamw, results/dion-tune-adamw): the AdamW arm at every rate of TUNE_GRID; its winners by budget (steps ->
 # rate; a test checks them) train the AdamW part of Muon and Dion at that budget, so that every arm of a card trains
 # its embeddings, head and norms at one rate. Stage two (tune-matrix, results/dion-tune-matrix): Muon and Dion at
-# rank 1/4 at every rate of TUNE_MATRIX_GRID, their AdamW part at stage one's winner.
+# rank 1/4 at every rate of HORIZON_MATRIX_GRID at that budget, their AdamW part at stage one's winner.
 ADAMW_TUNED = {500: 1e-3, 1000: 1e-3}
+# Stage two's grid by budget: a first pass at 1,000 steps on TUNE_MATRIX_GRID found both optimizers best at its
+# lowest rate (0.0125), an edge, so the 1,000-step grid is the same six factor-2 rates moved down a factor 4
+HORIZON_MATRIX_GRID = {500: TUNE_MATRIX_GRID, 1000: tuple(lr / 4 for lr in TUNE_MATRIX_GRID)}
 # Wall seconds per step and per evaluation on 2 cores, from the quality runs of results/dion-smoke (medians over
 # seeds; StepCost), by (optimizer, rank fraction)
 QUALITY_COSTS = {
@@ -229,16 +233,18 @@ def _long() -> list[RunConfig]:
     ]
 
 
-def tune_runs(steps: int = TUNE_STEPS, arms: tuple = SWEPT_ARMS, scalar_lr: float = SCALAR_LR) -> list[RunConfig]:
+def tune_runs(
+    steps: int = TUNE_STEPS, arms: tuple = SWEPT_ARMS, scalar_lr: float = SCALAR_LR, grid: dict = TUNE_GRID
+) -> list[RunConfig]:
     """Seed 0 of `arms` (AdamW, Muon and Dion at rank 1/4), `steps` steps each under the quality schedule rule, at
-    every rate of TUNE_GRID, rate by rate (a tune stopped midway leaves every optimizer with nearly as many trials);
-    the AdamW part of Muon and Dion at `scalar_lr`."""
+    every rate of its `grid`, rate by rate (a tune stopped midway leaves every optimizer with nearly as many
+    trials); the AdamW part of Muon and Dion at `scalar_lr`."""
     common = {**LONG, **QUALITY_SCHEDULE.settings(steps)}
     budget = {"tokens": _tokens(steps, common["nproc"], common)}
     return [
         RunConfig(
             optimizer=o,
-            lr=TUNE_GRID[o][i],
+            lr=grid[o][i],
             seed=0,
             variant=_arm(o, v, scalar_lr),
             reproduction=TUNE_SWEEP,
@@ -257,8 +263,15 @@ def tune_adamw_runs() -> list[RunConfig]:
 
 
 def tune_matrix_runs() -> list[RunConfig]:
-    """Stage two: Muon and Dion at rank 1/4 at each quality budget, their AdamW part at stage one's winner there."""
-    return [cfg for steps in LONG_STEPS for cfg in tune_runs(steps, SWEPT_ARMS[1:], ADAMW_TUNED[steps])]
+    """Stage two: Muon and Dion at rank 1/4 at each quality budget on that budget's grid (HORIZON_MATRIX_GRID), their
+    AdamW part at stage one's winner there."""
+    return [
+        cfg
+        for steps in LONG_STEPS
+        for cfg in tune_runs(
+            steps, SWEPT_ARMS[1:], ADAMW_TUNED[steps], dict.fromkeys(("muon", "dion"), HORIZON_MATRIX_GRID[steps])
+        )
+    ]
 
 
 def quality_wall_s(runs: list[RunConfig]) -> float:
