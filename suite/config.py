@@ -89,6 +89,14 @@ def _cpu_backend(cfg: RunConfig) -> None:
         raise ValueError("comm_check counts on a gloo backend: use it with --device cpu")
 
 
+def _emulable(cfg: RunConfig) -> None:
+    """Threads share one process: nothing of one worker can be killed, hung or restarted alone."""
+    if cfg.emulate and (cfg.kill_rank is not None or cfg.hang_rank is not None or cfg.max_restarts):
+        raise ValueError("--emulate runs every worker in one process: drop --kill-rank, --hang-rank and --max-restarts")
+    if cfg.emulate and cfg.comm_check:
+        raise ValueError("comm_check counts in a gloo backend, which emulated workers do not use: drop one of them")
+
+
 def _one_fault(cfg: RunConfig) -> None:
     """A fault injection names one worker of this run and the step it happens at."""
     if cfg.kill_rank is not None and cfg.hang_rank is not None:
@@ -276,6 +284,16 @@ class RunConfig:
     # over one whole period of the method's pattern (Strategy.comm_period) from mem_step and comm_step, after
     # DDP's bucket rebuild on step 1
     meters: bool = setting(True, "turn the meters off", flag="--no-meters", estimate=False)
+    # --nproc logical workers as threads of one process (suite/run/emulate.py): the same arithmetic as real ranks,
+    # but memory and time are the process's, so an emulated run is an arm of its own
+    emulate: bool = setting(
+        False,
+        "run the --nproc workers as threads of one process: a data-parallel run's losses at worker counts the "
+        "cores could not hold (no memory meter; time is the process's)",
+        flag="--emulate",
+        estimate=False,
+        requires=_emulable,
+    )
     flop_step: int = setting(0, "the step FLOPs are counted on", within=Range(0))
     mem_step: int = setting(2, "the first step memory is tracked on", within=Range(0))
     comm_step: int = setting(2, "the first step collectives are counted on", within=Range(0))

@@ -211,6 +211,7 @@ def claim_frame(records: list[dict]) -> pd.DataFrame:
     df["git_sha"] = [r["env"].get("git_sha") for r in records]
     df["git_dirty"] = [r["env"].get("git_dirty") for r in records]
     df["inter_node"] = [_crosses_nodes(r) for r in records]
+    df["emulated"] = [bool(r["parallel"].get("emulated")) for r in records]
     df["setting"] = [setting_of(r) for r in records]
     df["val_change_last_fifth"] = [val_change_last_fifth(r["curve"]) for r in records]
     df["val_curve"] = [val_curve(r["curve"]) for r in records]
@@ -481,7 +482,10 @@ def _filtered(claim: Claim, rows: pd.DataFrame) -> str:
 
 def _measured_candidates(claim: Claim, rows: pd.DataFrame) -> pd.DataFrame:
     """Measured runs on hardware that meets the claim's requirements (the only measured runs that may decide it,
-    or be shown beside it)."""
+    or be shown beside it). Emulated workers (suite/run/emulate.py) compute a real run's losses, but their memory,
+    time and traffic are one process's: they speak to quality claims only."""
+    if claim.kind != "quality" and "emulated" in rows.columns:
+        rows = rows[~rows["emulated"]]
     for requirement in claim.requires:
         rows = rows[_requirement_mask(requirement, rows)]
     return rows

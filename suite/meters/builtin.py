@@ -79,7 +79,8 @@ class Memory(Meter):
         self.meter: MemoryMeter | None = None
 
     def steps(self) -> range:
-        return memory_steps(self.ctx.cfg, self.ctx.period)
+        # emulated workers share one process, and the tracker's module hooks are the process's
+        return range(0) if self.ctx.cfg.emulate else memory_steps(self.ctx.cfg, self.ctx.period)
 
     def wrap(self, step: int) -> AbstractContextManager:
         if self.meter is None:
@@ -94,7 +95,11 @@ class Memory(Meter):
         rows = {r: m for r, m in per_rank.items() if m}
         if not rows:
             mem_step = record["settings"]["mem_step"]
-            unmeasured = f"the run ended before step {mem_step}" if record["settings"]["meters"] else "meters off"
+            settings = record["settings"]
+            if settings.get("emulate"):
+                unmeasured = "emulated workers share one process"
+            else:
+                unmeasured = f"the run ended before step {mem_step}" if settings["meters"] else "meters off"
             record["memory"] = {"method": f"not measured: {unmeasured}", "per_rank": []}
             return
         method = next(iter(rows.values()))["method"]
@@ -140,7 +145,12 @@ class Comm(Meter):
     def section(cls, per_rank: dict[int, Any], record: dict, weight: dict[int, int]) -> None:
         first = next(iter(per_rank.values()), None) or {"steps": 0}
         window = comm_steps_of(record, first["steps"])
-        where = "counted on the fake process group" if _estimated(record) else "off the clock"
+        if _estimated(record):
+            where = "counted on the fake process group"
+        elif record["settings"].get("emulate"):
+            where = "counted by the emulated workers' process group as it performs each call, off the clock"
+        else:
+            where = "off the clock"
         ranks = sorted((r, v) for r, v in per_rank.items() if v is not None)
         record["comm"] = {
             "method": f"{COMM_METHOD}; counted on steps {window} (one period of the method's pattern, "

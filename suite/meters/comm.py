@@ -15,6 +15,7 @@ the formula is NCCL's, and the record says so.
 from __future__ import annotations
 
 import os
+import threading
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -99,6 +100,24 @@ def tensor_bytes(value: object) -> int:
     return 0
 
 
+_local = threading.local()  # this thread's entered ledger, and whether its backend counts instead of the dispatcher
+
+
+def count_in_backend() -> None:
+    """This thread's collectives are counted by the backend that performs them (emulated workers,
+    suite/run/emulate.py, whose group is Python and so bypasses the dispatcher for c10d ops): the dispatcher
+    path stands aside so that a functional collective, seen there too, is counted once."""
+    _local.backend_counts = True
+
+
+def count(op: str, group_name: str, payload: int) -> None:
+    """One collective performed by a backend that counts (count_in_backend), booked in this thread's ledger
+    when one is entered and enabled."""
+    ledger = getattr(_local, "ledger", None)
+    if ledger is not None and ledger.enabled:
+        ledger.add(op, group_name, payload)
+
+
 def _op_name(func) -> str:
     raw = func._schema.name.split("::", 1)[1]
     return _OP_NAMES.get(raw.strip("_"), _OP_NAMES.get(raw, raw.strip("_")))
@@ -132,6 +151,22 @@ class CommLedger(TorchDispatchMode):
             self._labels[group_name] = GroupLabel(fallback, tier_of(ranks), ranks)
         return self._labels[group_name]
 
+    def __enter__(self):
+        self._outer = getattr(_local, "ledger", None)
+        _local.ledger = self
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        _local.ledger = self._outer
+        return super().__exit__(*exc)
+
+    def add(self, op: str, group_name: str, payload: int) -> None:
+        """Book one call of `op` on the group named `group_name` carrying `payload` bytes (see the module)."""
+        self.group_label(group_name)
+        entry = self._totals[(op, group_name)]
+        entry[0] += 1
+        entry[1] += payload
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if any(issubclass(t, DTensor) for t in types):
             # a mode runs before a tensor subclass: stepping aside lets DTensor's dispatch run with this mode still
@@ -140,7 +175,7 @@ class CommLedger(TorchDispatchMode):
             return NotImplemented
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if self.enabled and func.namespace in _NAMESPACES:
+        if self.enabled and func.namespace in _NAMESPACES and not getattr(_local, "backend_counts", False):
             self._record(func, args, kwargs, out)
         return out
 
@@ -166,12 +201,8 @@ class CommLedger(TorchDispatchMode):
                 inputs += tensor_bytes(value)
         if func.namespace == "_c10d_functional":
             outputs = tensor_bytes(out)
-        if group_name is None:
-            return
-        self.group_label(group_name)
-        entry = self._totals[(_op_name(func), group_name)]
-        entry[0] += 1
-        entry[1] += max(inputs, outputs)
+        if group_name is not None:
+            self.add(_op_name(func), group_name, max(inputs, outputs))
 
     def ops(self) -> list[dict]:
         """The ledger as record rows, one per (op, group)."""

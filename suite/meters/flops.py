@@ -15,8 +15,12 @@ FlopCounterMode counts every op with a formula, but leaves two gaps this module 
 - an optimizer step runs outside any graph task too, so Muon's and Dion's matmuls (Newton-Schulz, power
   iteration) would count as forward FLOPs of the model. FlopMeter books every op run inside any
   `torch.optim.Optimizer.step` (torch's global step hooks, which every Optimizer subclass calls, outer
-  optimizers too) as optimizer FLOPs: counted, never model FLOPs, never spending a budget.
+  optimizers too) as optimizer FLOPs: counted, never model FLOPs, never spending a budget. The hooks are the
+  process's, so a step counts only when it runs in the thread that entered the meter (emulated workers,
+  suite/run/emulate.py, are threads of one process, each with its own meter).
 """
+
+import threading
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
@@ -83,6 +87,7 @@ class FlopMeter(FlopCounterMode):
     def __enter__(self) -> Self:
         self._by_phase = dict.fromkeys(self._by_phase, 0)
         self._optimizer_depth = 0
+        self._thread = threading.get_ident()
         self._hooks = [
             register_optimizer_step_pre_hook(self._enter_step),
             register_optimizer_step_post_hook(self._exit_step),
@@ -97,10 +102,12 @@ class FlopMeter(FlopCounterMode):
         return super().__exit__(*args)
 
     def _enter_step(self, optimizer, args, kwargs) -> None:
-        self._optimizer_depth += 1
+        if threading.get_ident() == self._thread:
+            self._optimizer_depth += 1
 
     def _exit_step(self, optimizer, args, kwargs) -> None:
-        self._optimizer_depth -= 1
+        if threading.get_ident() == self._thread:
+            self._optimizer_depth -= 1
 
     def _count_flops(self, func_packet, out, args, kwargs):
         # The parent adds each op's count to every enclosing module and to "Global", which always encloses.

@@ -23,7 +23,7 @@ from suite.config import RunConfig
 from suite.evals.model_file import load_state
 from suite.meters.base import MeterContext, Metering
 from suite.meters.builtin import meters_for
-from suite.run import faults
+from suite.run import emulate, faults
 from suite.run.optim import describe_groups, get_spec, lr_schedule, param_groups
 from suite.run.protocols import Progress, Protocol
 from suite.run.strategy import Context, Strategy
@@ -116,12 +116,13 @@ def build_parts(
     task = Task(cfg, kind, data)
     overrides = _model_overrides(cfg, kind, data)
     strategy.setup(ctx)
-    torch.manual_seed(cfg.seed)
+    emulate.manual_seed(cfg.seed)
     full_params: list[int] = []
     start = load_state(cfg.init_from, cfg.model, overrides) if cfg.init_from else None
 
     def make_model() -> nn.Module:
-        m = models.build_model(cfg.model, **overrides)
+        with emulate.model_rng():  # a logical worker's own generator (suite/run/emulate.py)
+            m = models.build_model(cfg.model, **overrides)
         full_params.append(models.num_params(m))
         if start is not None:  # before the strategy shards or wraps it: every method starts from these weights
             m.load_state_dict(start)

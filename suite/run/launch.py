@@ -34,6 +34,8 @@ def launch(cfg: RunConfig) -> Path:
     """Run `cfg` on cfg.nproc local workers; returns the record's path (written even when it failed)."""
     if cfg.run_id is None:
         cfg.run_id = new_run_id(cfg)
+    if cfg.emulate:
+        return _emulated(cfg)
     with tempfile.TemporaryDirectory(prefix="suite-launch-") as tmp:
         spec = Path(tmp) / "run.json"
         spec.write_text(cfg.to_json())
@@ -47,6 +49,20 @@ def launch(cfg: RunConfig) -> Path:
             _mark_failed(cfg, f"worker {rank} {exit_text(failure.exitcode, oom)}")
         finally:
             reserve.release(cfg.record_path())  # a worker killed before its last write left it
+    return cfg.record_path()
+
+
+def _emulated(cfg: RunConfig) -> Path:
+    """cfg.nproc logical workers as threads of this process (suite/run/emulate.py)."""
+    from suite.run.emulate import WorkerFailed, run_threads
+    from suite.run.train import train
+
+    try:
+        run_threads(cfg, train)
+    except WorkerFailed as err:
+        _mark_failed(cfg, str(err))
+    finally:
+        reserve.release(cfg.record_path())
     return cfg.record_path()
 
 

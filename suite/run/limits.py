@@ -9,6 +9,7 @@ killed half-way. The machine's own limits (memory, cores) are a lower bound and 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import zipfile
@@ -123,6 +124,9 @@ def cores() -> int:
 
 def check_machine(cfg: RunConfig) -> None:
     """A CPU run this machine cannot hold or drive; ValueError naming --over-limits."""
+    if cfg.emulate:
+        _check_replicas(cfg)
+        return
     if cfg.device != "cpu":
         return
     if cfg.nproc > WORKERS_PER_CORE * cores():
@@ -136,6 +140,31 @@ def check_machine(cfg: RunConfig) -> None:
             f"{cfg.nproc} workers need at least {need / 2**30:.1f} GiB (a lower bound), this machine has "
             f"{have / 2**30:.1f} GiB; lower micro_batch, seq_len or --nproc, or add --over-limits to run anyway"
         )
+
+
+def replica_bytes(cfg: RunConfig) -> int:
+    """A lower bound of one emulated worker's memory: worker_bytes of a worker that holds the whole model (a
+    logical worker of a replicated method does; one of a sharded group holds less, so this plans for the most)."""
+    return worker_bytes(dataclasses.replace(cfg, nproc=1))
+
+
+def _check_replicas(cfg: RunConfig) -> None:
+    """Every logical worker's model, gradients, optimizer state and activations live in this one process (CPU
+    memory, or the one GPU's)."""
+    one = replica_bytes(cfg)
+    have = machine_bytes() if cfg.device == "cpu" else _gpu_bytes()
+    if cfg.nproc * one > have:
+        raise ValueError(
+            f"{cfg.nproc} emulated workers need at least {cfg.nproc * one / 2**30:.1f} GiB (a lower bound), this "
+            f"{cfg.device} has {have / 2**30:.1f} GiB: at most --nproc {have // one} fits; lower --nproc, "
+            "micro_batch or seq_len, or add --over-limits to run anyway"
+        )
+
+
+def _gpu_bytes() -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else 0
 
 
 def check_budget(cfg: RunConfig) -> None:

@@ -84,6 +84,9 @@ def new_record(cfg: RunConfig, world_size: int, device: torch.device, backend: s
             "global_batch_tokens": 0,
             "micro_batch": cfg.micro_batch,
             "grad_accum": cfg.grad_accum,
+            # logical workers as threads of one process (suite/run/emulate.py): memory and time are not per device
+            "emulated": cfg.emulate,
+            "processes": 1 if cfg.emulate else world_size,
         },
         "protocol": {"kind": "tokens", "budget": None, "target": None, "reached": None},
         "totals": {"steps": 0, "tokens": 0, "flops": 0, "wall_s": 0.0},

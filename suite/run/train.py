@@ -28,7 +28,7 @@ from suite.meters import comm_check
 from suite.meters.clock import StepClock, peak_flops
 from suite.meters.comm import CommLedger
 from suite.run import checkpoint as ckpt
-from suite.run import faults, reserve
+from suite.run import emulate, faults, reserve
 from suite.run.build import build_parts, describe_build, device_for
 from suite.run.close import Recorder, Timing
 from suite.run.evaluate import Evaluator
@@ -51,7 +51,10 @@ class Worker:
         self.spent = 0.0  # fraction of the budget used, which a cosine schedule follows
         self.skipped_steps = 0  # steps the loss scaler skipped (a gradient not finite)
         self.device = device_for(cfg)
-        backend = "nccl" if self.device.type == "cuda" else comm_check.register() if cfg.comm_check else "gloo"
+        if emulate.active():
+            backend = emulate.BACKEND
+        else:
+            backend = "nccl" if self.device.type == "cuda" else comm_check.register() if cfg.comm_check else "gloo"
         timeout = faults.set_collective_timeout(cfg.collective_timeout_s)
         if not dist.is_initialized():
             device_id = self.device if self.device.type == "cuda" else None
@@ -60,7 +63,7 @@ class Worker:
         faults.rendezvous_done()
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         # a separate group for the loop's own control messages keeps them out of the ledger's groups
-        self.control = dist.new_group(backend="gloo")
+        self.control = dist.new_group(backend=emulate.BACKEND if emulate.active() else "gloo")
         self.protocol = from_args(cfg.tokens, cfg.flops, cfg.time_s, cfg.target, cfg.max_tokens)
         if cfg.run_id is None:
             cfg.run_id = self._broadcast(new_run_id(cfg) if self.rank == 0 else None)

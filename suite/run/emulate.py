@@ -1,0 +1,223 @@
+"""K logical workers as threads of one process (`--emulate`): the papers' worker counts on a few cores or one GPU.
+
+Quality depends on the arithmetic of the updates, not on where the workers sit (issue 43). Each logical worker is
+a thread running the suite's own `train`: the same strategy, the same rows of each global batch, masks,
+averaging and optimizer state as a real rank. The process group is torch's threaded process group
+(torch.testing._internal.distributed.multi_threaded_pg, the backend torch's own DTensor and FSDP tests run on):
+a collective waits for every rank's thread, then one thread reduces the ranks' tensors in rank order. What it
+lacks is written here, because no maintained library has it:
+
+- point-to-point `send` and `recv` (SDP assembles its evaluation model with them);
+- one model initialisation per worker: the default generator belongs to the process, so each thread builds its
+  model from its own copy of the generator's state, seeded as a process would seed it (`model_rng`).
+
+What differs from real workers, and how the record says so: a sum of more than two ranks' tensors is taken in
+another order than gloo's, so losses agree with a real run within a tolerance (tests/test_emulate.py measures
+it) rather than bit for bit; memory and time belong to the one process, so the memory meter is off and the
+record's `parallel.emulated` is true with `parallel.processes` 1.
+"""
+
+from __future__ import annotations
+
+import copy
+import queue
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from suite.config import RunConfig
+from suite.meters import comm
+from suite.meters.comm import tensor_bytes
+
+BACKEND = "emulated"
+_state = threading.local()  # a logical worker's own: whether it is one, its model generator's state
+_build = threading.Lock()
+
+
+def active() -> bool:
+    """Whether this thread is a logical worker of an emulated run."""
+    return getattr(_state, "emulated", False)
+
+
+def manual_seed(seed: int) -> None:
+    """torch.manual_seed, or in a logical worker the seeding of its own generator state (the process's generator
+    is shared by every worker's thread)."""
+    if active():
+        _state.rng = torch.Generator().manual_seed(seed).get_state()
+    else:
+        torch.manual_seed(seed)
+
+
+@contextmanager
+def model_rng() -> Iterator[None]:
+    """Around a model's construction: in a logical worker, the default generator holds this worker's own state
+    (as manual_seed left it), one worker at a time; elsewhere nothing changes."""
+    if not active():
+        yield
+        return
+    with _build:
+        outside = torch.get_rng_state()
+        torch.set_rng_state(_state.rng)
+        try:
+            yield
+        finally:
+            _state.rng = torch.get_rng_state()
+            torch.set_rng_state(outside)
+
+
+def _threaded():
+    from torch.testing._internal.distributed import multi_threaded_pg as threaded
+
+    return threaded
+
+
+class _Mailboxes:
+    """Tensors sent and not yet received, one queue per (group, source, destination, tag)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._boxes: dict[tuple, queue.Queue] = {}
+
+    def box(self, key: tuple) -> queue.Queue:
+        with self._lock:
+            return self._boxes.setdefault(key, queue.Queue())
+
+    def clear(self) -> None:
+        with self._lock:
+            self._boxes.clear()
+
+
+_MAIL = _Mailboxes()
+
+
+# The group's collectives as the ledger names them, and which arguments hold the payload it books (the tensor of
+# an all-reduce, the gathered output, the unreduced input of a reduce-scatter; suite/meters/comm.py)
+_OUTPUT, _INPUT, _LARGER = (
+    (lambda a: tensor_bytes(a[0])),
+    (lambda a: tensor_bytes(a[1])),
+    (lambda a: max(tensor_bytes(a[0]), tensor_bytes(a[1]))),
+)
+_COUNTED = {
+    "allreduce": ("all_reduce", _OUTPUT),
+    "allreduce_coalesced": ("all_reduce", _OUTPUT),
+    "allgather": ("all_gather", _OUTPUT),
+    "all_gather_single": ("all_gather", _OUTPUT),
+    "all_gather_single_coalesced": ("all_gather", _OUTPUT),
+    "broadcast": ("broadcast", _OUTPUT),
+    "reduce_scatter": ("reduce_scatter", _INPUT),
+    "reduce_scatter_single": ("reduce_scatter", _INPUT),
+    "reduce_scatter_single_coalesced": ("reduce_scatter", _INPUT),
+    "alltoall": ("all_to_all", _LARGER),
+    "all_to_all_single": ("all_to_all", _LARGER),
+    "scatter": ("scatter", _LARGER),
+    "gather": ("gather", _LARGER),
+    "send": ("send", _OUTPUT),
+    "recv": ("recv", _OUTPUT),
+    "barrier": (None, None),  # a barrier is no traffic the ledger books (it skips them), though it all-reduces here
+}
+
+
+def _counting(name: str, base):
+    """`base` booked once in this thread's ledger: the group's own collectives call each other (an all-gather
+    into one tensor is an all-gather of its chunks), and only the outermost call is the one the caller made."""
+    op, payload = _COUNTED[name]
+
+    def method(self, *args, **kwargs):
+        if getattr(_state, "in_collective", False):
+            return base(self, *args, **kwargs)
+        if op is not None:
+            comm.count(op, self.group_name, payload(args))
+        _state.in_collective = True
+        try:
+            return base(self, *args, **kwargs)
+        finally:
+            _state.in_collective = False
+
+    return method
+
+
+def _group_class():
+    threaded = _threaded()
+
+    class EmulatedGroup(threaded.ProcessLocalGroup):
+        """The threaded group with point-to-point messages (`send` leaves a copy, `recv` waits for it), every call
+        booked in the calling worker's ledger."""
+
+        def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0):
+            for t in tensors:
+                _MAIL.box((self.pg_name, self._rank, dst, tag)).put(t.detach().clone())
+            return threaded.ret_work(tensors)
+
+        def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0):
+            for t in tensors:
+                t.detach().copy_(_MAIL.box((self.pg_name, src, self._rank, tag)).get())
+            return threaded.ret_work(tensors)
+
+        def getBackendName(self) -> str:
+            return BACKEND
+
+    for name in _COUNTED:
+        setattr(EmulatedGroup, name, _counting(name, getattr(EmulatedGroup, name)))
+    return EmulatedGroup
+
+
+def _register() -> None:
+    if BACKEND in dist.Backend.backend_list:
+        return
+    threaded, group = _threaded(), _group_class()
+
+    def create(store, rank: int, world_size: int, timeout):
+        threaded._store_based_barrier(rank, store, "", world_size, timeout)
+        return group(rank, world_size)
+
+    dist.Backend.register_backend(BACKEND, create, devices=["cpu", "cuda"])
+
+
+class WorkerFailed(RuntimeError):
+    """A logical worker raised; the first one's error, named by its rank."""
+
+
+def run_threads(cfg: RunConfig, work) -> Path:
+    """`work(cfg)` in cfg.nproc logical workers, each a thread with its own copy of `cfg` and rank in one threaded
+    world; returns the record's path. The first failure wakes the workers waiting in a collective and is raised as
+    WorkerFailed("worker R: ...") once every thread has ended."""
+    threaded = _threaded()
+    _register()
+    torch._C._distributed_c10d._set_thread_isolation_mode(True)  # group names are per thread
+    threaded._install_threaded_pg()
+    store = dist.HashStore()
+    failures: list[tuple[int, BaseException]] = []
+
+    def logical_worker(rank: int) -> None:
+        _state.emulated, _state.rng = True, None
+        comm.count_in_backend()
+        try:
+            dist.init_process_group(BACKEND, rank=rank, world_size=cfg.nproc, store=store)
+            work(copy.deepcopy(cfg))
+        except BaseException as err:  # noqa: BLE001  (every failure ends the run; the first is the one raised)
+            if not failures:
+                failures.append((rank, err))
+            threaded.ProcessLocalGroup.exception_handle(err)
+        finally:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+
+    threads = [threading.Thread(target=logical_worker, args=(r,), name=f"worker-{r}") for r in range(cfg.nproc)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        threaded.ProcessLocalGroup.reset()
+        _MAIL.clear()
+        threaded._uninstall_threaded_pg()
+        torch._C._distributed_c10d._set_thread_isolation_mode(False)
+    if failures:
+        rank, err = failures[0]
+        raise WorkerFailed(f"worker {rank}: {type(err).__name__}: {err}") from err
+    return cfg.record_path()
