@@ -30,6 +30,7 @@ CASES = {
     "ddp-2": (_run("ddp", 2), True),
     "ddp-3": (_run("ddp", 3), False),
     "ddp-4": (_run("ddp", 4), False),
+    "fsdp-4": (_run("fsdp", 4), False),
     "ddp-dion-3": (_run("ddp", 3, "--optimizer", "dion"), False),
     "ddp-muon-2": (_run("ddp", 2, "--optimizer", "muon"), True),
     "b-sdp-2": (_run("b-sdp", 2, "--set", "C=0.5"), True),
@@ -42,7 +43,7 @@ CASES = {
     "diloco-3": (_run("diloco", 3, *F2), False),
     "local-sgd-4": (_run("local-sgd", 4, *F2), False),
 }
-EMULABLE = {"ddp", "b-sdp", "bb-sdp", "n-sdp", "b-sdp-fsdp-holders", "b-sdp-fsdp-worker", "fl-fsdp", "fl-hsdp"}
+EMULABLE = {"ddp", "fsdp", "b-sdp", "bb-sdp", "n-sdp", "b-sdp-fsdp-holders", "b-sdp-fsdp-worker", "fl-fsdp", "fl-hsdp"}
 EMULABLE |= {"diloco", "local-sgd"}
 
 
@@ -85,6 +86,7 @@ def test_an_emulated_run_equals_the_real_one(real, emulated, name):
     assert theirs["parallel"]["processes"] == theirs["parallel"]["world_size"] == ours["parallel"]["world_size"]
     assert ours["memory"] == {"method": "not measured: emulated workers share one process", "per_rank": []}
     assert "emulated workers' process group" in ours["comm"]["method"]
+    assert "the whole emulation's CPU per step" in ours["throughput"]["cpu_method"]
 
 
 @pytest.mark.parametrize(

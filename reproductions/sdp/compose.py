@@ -122,7 +122,7 @@ class _ShardedBlockSDP(BlockSDP):
         if self.norm_group is not None:
             ctx.label_group(self.norm_group, "grad-norm")
         self.refresh_group = None  # forward masking: nothing to refresh
-        self.check_group = dist.new_group(backend="gloo")
+        self.check_group = ctx.cpu_group()
         self.info = self._describe_composition()
         return model
 

@@ -183,7 +183,7 @@ class SubnetworkDP(Strategy):
         self.refresh_group = dist.new_group() if self.partial and not self.forward_masked else None
         if self.refresh_group is not None:
             ctx.label_group(self.refresh_group, "param-refresh")
-        self.check_group = dist.new_group(backend="gloo")
+        self.check_group = ctx.cpu_group()
 
     def _plan_buckets(self, model: nn.Module, ctx: Context) -> None:
         trained = self._local_params(model)

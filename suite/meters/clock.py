@@ -35,6 +35,17 @@ def peak_flops(device: torch.device) -> float | None:
 PHASES = ("forward_backward", "aggregation", "optimizer", "after_step")
 
 
+_PER_PROCESS = (
+    "CPU seconds (user + system, all threads) of each worker process over its timed steps, the median over whole "
+    "periods of their mean step; cpu_step_s_median: the median over ranks"
+)
+_ONE_PROCESS = (
+    "CPU seconds (user + system, all threads) of the one process that runs every emulated worker, over each "
+    "worker's timed steps, the median over whole periods of their mean step: the whole emulation's CPU per step, "
+    "not one worker's"
+)
+
+
 @dataclass
 class _Step:
     index: int
@@ -157,9 +168,10 @@ class StepClock:
         means = [sum(s.cpu_seconds for s in period) / len(period) for period in self._periods()]
         return statistics.median(means) if means else None
 
-    def cpu_summary(self, group: dist.ProcessGroup | None = None) -> dict:
+    def cpu_summary(self, group: dist.ProcessGroup | None = None, one_process: bool = False) -> dict:
         """Every rank's median CPU seconds per step (a collective over `group` when one is given: call it
-        on every rank), for the record's throughput section."""
+        on every rank), for the record's throughput section; `one_process`: the ranks are threads of one process
+        (suite/run/emulate.py), whose CPU time each of them reads whole."""
         mine = self.median_cpu_step_s()
         per_rank = [mine]
         if group is not None:
@@ -169,6 +181,5 @@ class StepClock:
         return {
             "cpu_step_s_per_rank": per_rank,
             "cpu_step_s_median": statistics.median(known) if known else None,
-            "cpu_method": "CPU seconds (user + system, all threads) of each worker process over its timed steps, "
-            "the median over whole periods of their mean step; cpu_step_s_median: the median over ranks",
+            "cpu_method": _ONE_PROCESS if one_process else _PER_PROCESS,
         }

@@ -112,7 +112,8 @@ def build_parts(
     fake there); `spent` is the fraction of the budget used, which a cosine schedule follows."""
     kind = models.kind_of(cfg.model)
     data_name = cfg.data or data_lib.default_data_for(kind)
-    data = data_lib.load_data(data_name, cfg.data_root)
+    # loaded once for every emulated worker (suite/run/emulate.py), which only read it
+    data = emulate.shared(("data", data_name, cfg.data_root), lambda: data_lib.load_data(data_name, cfg.data_root))
     task = Task(cfg, kind, data)
     overrides = _model_overrides(cfg, kind, data)
     strategy.setup(ctx)

@@ -191,7 +191,7 @@ class Recorder:
             "period": clock.period,
             "whole_periods": clock.whole_periods(),
             "phases_s_median": clock.phase_medians(),
-            **clock.cpu_summary(self.group),
+            **clock.cpu_summary(self.group, one_process=self.cfg.emulate),
             "method": "wall-clock of timed steps (after warm-up, metered steps and evaluation excluded), over "
             "whole periods of the method's pattern; step_s_median: the median over periods of their mean step; "
             "phases: medians of forward+backward, gradient aggregation no wrapper does, optimizer step "

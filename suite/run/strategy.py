@@ -56,6 +56,13 @@ class Context:
         self.groups.append({"name": name, "size": label.size, "tier": label.tier, "ranks": list(label.ranks)})
         self.process_groups[name] = group or dist.group.WORLD
 
+    def cpu_group(self) -> dist.ProcessGroup:
+        """A new group of every rank for CPU tensors (checks, off NCCL): gloo, or the emulated workers' own group
+        (suite/run/emulate.py), whose workers take turns that a gloo rendezvous between threads would stall."""
+        from suite.run import emulate
+
+        return dist.new_group(backend=emulate.BACKEND if emulate.active() else "gloo")
+
 
 class Strategy(ABC):
     """Default behaviour of every hook: a single replica per rank with plain data parallel data."""
