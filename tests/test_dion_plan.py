@@ -20,6 +20,7 @@ from reproductions.dion.plan import (
     LR_GRID,
     LR_PICKED,
     LR_TUNED,
+    MATRIX_TUNED,
     SCALAR_LR,
     SWEEP,
     TIME_SEEDS,
@@ -39,6 +40,7 @@ from suite.plan.plans import load_plan
 RESULTS = Path(__file__).parents[1] / "results" / "dion-smoke"
 TUNED = Path(__file__).parents[1] / "results" / "dion-tune"
 TUNED_ADAMW = Path(__file__).parents[1] / "results" / "dion-tune-adamw"
+TUNED_MATRIX = Path(__file__).parents[1] / "results" / "dion-tune-matrix"
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +90,8 @@ def test_sweep_is_tagged_apart_and_unchanged_and_the_quality_preset_runs_the_pic
     }
     by_arm = defaultdict(set)
     for c in load_plan("dion", "quality").runs:
-        assert c.lr == LR_TUNED[c.optimizer]
+        steps = c.tokens // (8 * 128)
+        assert c.lr == {"adamw": ADAMW_TUNED[steps], **MATRIX_TUNED[steps]}[c.optimizer]
         by_arm[(c.optimizer, c.variant.get("rank_fraction"))].add(c.seed)
     assert by_arm == {k: {1, 2, 3} for k in (("adamw", None), ("muon", None), ("dion", 0.25), ("dion", 1.0))}
 
@@ -135,6 +138,30 @@ def test_the_tune_at_the_cards_horizon_trains_the_adamw_part_at_stage_ones_winne
     assert {c.warmup_steps for c in stage_two} == {steps // 10 for steps in LONG_STEPS}
 
 
+def _horizon_losses(folder: Path) -> dict[tuple[int, str], dict[float, float]]:
+    """(steps, optimizer) -> learning rate -> final validation loss of a committed tune at the cards' horizon."""
+    out: dict[tuple[int, str], dict[float, float]] = defaultdict(dict)
+    for path in folder.glob("*.json"):
+        rec = json.loads(path.read_text())
+        loss = next(p["val_loss"] for p in reversed(rec["curve"]) if p["val_loss"] is not None)
+        out[(rec["totals"]["steps"], rec["optimizer"]["name"])][rec["settings"]["lr"]] = loss
+    return out
+
+
+def test_the_matrix_rates_at_each_budget_are_stage_twos_winners_inside_their_grids():
+    """suite.judge.sweeps' rule picks MATRIX_TUNED from results/dion-tune-matrix, one arm per optimizer and budget,
+    each on its budget's grid (HORIZON_MATRIX_GRID)."""
+    import re
+
+    winners = sweep_winners(TUNED_MATRIX, TUNE_SWEEP).values()
+    found = defaultdict(dict)
+    for w in winners:
+        steps = int(re.search(r"budget=(\d+)", w.label).group(1)) // (8 * 128)
+        found[steps][w.label.split()[1]] = w.lr
+        assert w.grid == HORIZON_MATRIX_GRID[steps]
+    assert found == MATRIX_TUNED
+
+
 def test_the_adamw_rate_at_each_budget_is_stage_ones_winner_inside_its_grid():
     """suite.judge.sweeps' rule picks ADAMW_TUNED from results/dion-tune-adamw, one arm per budget (budget=tokens)."""
     import re
@@ -165,17 +192,11 @@ def _adamw_part_rate(cfg: RunConfig) -> float:
     return cfg.lr if cfg.optimizer == "adamw" else cfg.variant.get("scalar_lr") or cfg.lr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 41 item 11: the quality preset trains the AdamW arm at LR_TUNED['adamw'] = 2e-3 and the AdamW part "
-    "of Muon and Dion at SCALAR_LR = 1e-3 (reproductions/dion/plan.py: the tune moved AdamW's rate, not SCALAR_LR); "
-    "fixing it needs the quality preset re-run. Strict: once fixed, this test passes and the mark must go",
-)
 def test_one_rate_rule_for_the_adamw_part_of_every_arm_a_loss_card_compares(monkeypatch):
     """One learning-rate rule for the AdamW part of every arm: in the runs each card that reads losses compares (a
     quality card, tokens or wall time to a target), in the preset its command names, the parameters AdamW trains
-    train at one rate on both sides. The smoke preset's rule (SCALAR_LR == LR_PICKED['adamw'], the test above) is
-    checked; the quality preset's, where the AdamW arm takes the tune's winner, was not."""
+    train at one rate on both sides. The quality preset once trained the AdamW arm at the 200-step tune's 2e-3 and
+    the AdamW part of Muon and Dion at 1e-3."""
     import re
 
     import pandas as pd
@@ -245,12 +266,18 @@ def test_tuned_rates_are_the_committed_tunes_winners_inside_their_grids():
     assert {w.label.split()[1]: w.grid for w in winners.values()} == TUNE_GRID
 
 
-@pytest.mark.skipif(not TUNED.is_dir(), reason="no committed tune results")
-def test_the_equivalence_margin_is_the_committed_tunes_resolution():
-    """The margin's source: the median over the optimizers of the gap between each one's best and second-best rate."""
-    gaps = [sorted(by_lr.values())[1] - min(by_lr.values()) for by_lr in _sweep_losses(TUNED, TUNE_SWEEP).values()]
-    card = next(c for c in load_claims(REPRODUCTION.claims) if c.test == "equivalence")
-    assert len(gaps) == 3 and card.margin.value == pytest.approx(float(np.median(gaps)), abs=5e-4)
+def test_the_equivalence_margins_are_the_tunes_resolution_at_each_cards_budget():
+    """Each equivalence card's margin: the median over AdamW, Muon and Dion 1/4 of the gap between each one's best
+    and second-best rate in the tune at the card's budget (stages one and two)."""
+    gaps = defaultdict(list)
+    for folder in (TUNED_ADAMW, TUNED_MATRIX):
+        for (steps, _), by_lr in _horizon_losses(folder).items():
+            gaps[steps].append(sorted(by_lr.values())[1] - min(by_lr.values()))
+    cards = [c for c in load_claims(REPRODUCTION.claims) if c.test == "equivalence"]
+    assert cards and {len(g) for g in gaps.values()} == {3}
+    for card in cards:
+        steps = card.metric["arm"]["warmup_steps"] * 10  # warm-up over 10% of the budget names it
+        assert card.margin.value == pytest.approx(float(np.median(gaps[steps])), abs=5e-4), card.id
 
 
 def test_micro_step_times_one_step_and_reports_rank_and_state():

@@ -79,7 +79,7 @@ def test_the_quality_preset_is_estimated_under_90_minutes(name):
 
 # ---- the tune preset (issue 26 item 3): every quality arm at every rate of one grid, seed 0, the shorter budget ----
 
-TUNED = ("sdp", "fl-fsdp")  # dion's tune runs a budget of its own, TUNE_STEPS (tests/test_dion_plan.py)
+TUNED = ("sdp", "fl-fsdp")  # dion tunes at each quality budget, in two stages (tests/test_dion_plan.py)
 NOT_THE_ARM = ("lr", "seed", "reproduction", "command")
 
 

@@ -24,7 +24,9 @@ No smoke card reads runs at 1 rank, DDP+Muon at 2 ranks, Dion at full rank at 4,
 them (tests/test_card_commands.py checks that every smoke run is read by a card).
 Tune (CPU, 966 s measured on 2 cores, results/dion-tune): AdamW, Muon and Dion at rank 1/4 on seed 0, TUNE_STEPS
 steps of the quality preset's corpus and schedule rule, six rates each (TUNE_GRID), filed as TUNE_SWEEP; its
-winners are LR_TUNED.
+winners are LR_TUNED, which the quality preset took until the tune at the cards' horizon replaced them (a rate
+tuned at 200 steps was used at 500 and 1,000, and the AdamW arm's at 2e-3 beside the AdamW part of Muon and Dion at
+1e-3).
 Tune-adamw and tune-matrix (CPU, estimated 25 and 60 minutes): the tune at the cards' horizon (issue 41 item 8) in
 two stages on seed 0 at each quality budget (LONG_STEPS), filed as TUNE_SWEEP; suite.judge.sweeps names each budget's
 arm apart (budget=...). Stage one, the AdamW arm at every rate of TUNE_GRID; its winners (ADAMW_TUNED) train the
@@ -34,7 +36,8 @@ Quality (CPU, 4,796 s measured on 2 cores, results/dion-quality; estimated 64 mi
 quality arms (AdamW, Muon, Dion at rank 1/4 and at full rank, micro-batch 8, one process; the claims name them by
 their micro-batch, the cost runs' is 4) on the stdlib corpus at two budgets a factor 2 apart (LONG_STEPS), seeds
 QUALITY_SEEDS, one schedule for every arm (QUALITY_SCHEDULE: warm-up over 10% of the steps,
-then cosine over the budget), each at its rate from the tune (LR_TUNED; Dion's serves both of its ranks);
+then cosine over the budget), each at its rate from the tune at that budget (ADAMW_TUNED and MATRIX_TUNED, the
+AdamW part of Muon and Dion at the AdamW arm's rate; Dion's rate serves both of its ranks);
 GPU: llama-134m, the quality arms (sweep, then seeds at the picked rates) and every cost arm (GPU_DDP_ARMS over
 TIME_SEEDS, GPU_FSDP_ARMS once) on every visible GPU: the wall-clock claims are about GPUs, and this
 machine's CPU timings do not test them. Target (8+ GPUs): llama-1b, AdamW and Dion at rank 1/4 to one validation
@@ -72,7 +75,7 @@ QUALITY_STEPS, QUALITY_SEEDS, QUALITY_FRACTION = 40, (1, 2, 3), 0.25
 LONG = {**QUALITY, "data": "stdlib", "eval_every": 25}
 LONG_STEPS = (500, 1000)
 QUALITY_SCHEDULE = Schedule(warmup=0.1)
-# Tune preset (issue 26 item 3): the arms whose rates the quality preset takes (AdamW, Muon, Dion at rank 1/4) on
+# Tune preset (issue 26 item 3), the first tune: the quality arms (AdamW, Muon, Dion at rank 1/4) on
 # seed 0, TUNE_STEPS steps of the quality preset's corpus and schedule rule, each at every rate of its TUNE_GRID (as
 # many rates for each: AlgoPerf's rule), filed as TUNE_SWEEP so that no verdict counts them; LR_TUNED holds the
 # winners (tests/test_dion_plan.py checks them against results/dion-tune and that each sits inside its grid).
@@ -94,6 +97,8 @@ ADAMW_TUNED = {500: 1e-3, 1000: 1e-3}
 # Stage two's grid by budget: a first pass at 1,000 steps on TUNE_MATRIX_GRID found both optimizers best at its
 # lowest rate (0.0125), an edge, so the 1,000-step grid is the same six factor-2 rates moved down a factor 4
 HORIZON_MATRIX_GRID = {500: TUNE_MATRIX_GRID, 1000: tuple(lr / 4 for lr in TUNE_MATRIX_GRID)}
+# stage two's winners by budget (steps -> optimizer -> rate); a test checks them against the records
+MATRIX_TUNED = {500: {"muon": 0.025, "dion": 0.025}, 1000: {"muon": 0.0125, "dion": 0.0125}}
 # Wall seconds per step and per evaluation on 2 cores, from the quality runs of results/dion-smoke (medians over
 # seeds; StepCost), by (optimizer, rank fraction)
 QUALITY_COSTS = {
@@ -207,10 +212,14 @@ def quality_runs(common: dict, steps: int, seeds: tuple[int, ...]) -> list[RunCo
 
 
 def picked_runs(
-    common: dict, steps: int, seeds: tuple[int, ...], rates: dict[str, float] = LR_PICKED
+    common: dict,
+    steps: int,
+    seeds: tuple[int, ...],
+    rates: dict[str, float] = LR_PICKED,
+    scalar_lr: float = SCALAR_LR,
 ) -> list[RunConfig]:
-    """The four quality arms at `rates` (by optimizer; Dion's rate serves both of its ranks), `steps` steps of the
-    same tokens each."""
+    """The four quality arms at `rates` (by optimizer; Dion's rate serves both of its ranks), the AdamW part of Muon
+    and Dion at `scalar_lr`, `steps` steps of the same tokens each."""
     budget = {"tokens": _tokens(steps, common["nproc"], common)}
     arms = [
         ("adamw", {}),
@@ -219,7 +228,7 @@ def picked_runs(
         ("dion", {"rank_fraction": 1.0}),
     ]
     return [
-        RunConfig(optimizer=o, lr=rates[o], seed=s, variant=_arm(o, v), **budget, **common)
+        RunConfig(optimizer=o, lr=rates[o], seed=s, variant=_arm(o, v, scalar_lr), **budget, **common)
         for s in seeds
         for o, v in arms
     ]
@@ -229,7 +238,13 @@ def _long() -> list[RunConfig]:
     return [
         cfg
         for steps in LONG_STEPS
-        for cfg in picked_runs({**LONG, **QUALITY_SCHEDULE.settings(steps)}, steps, QUALITY_SEEDS, LR_TUNED)
+        for cfg in picked_runs(
+            {**LONG, **QUALITY_SCHEDULE.settings(steps)},
+            steps,
+            QUALITY_SEEDS,
+            {"adamw": ADAMW_TUNED[steps], **MATRIX_TUNED[steps]},
+            ADAMW_TUNED[steps],
+        )
     ]
 
 
@@ -399,7 +414,7 @@ def plan(preset: str) -> Plan:
     elif preset == "quality":
         runs, micro = _long(), []
         notes.append(f"estimated wall time {quality_wall_s(runs) / 60:.0f} minutes on 2 quiet cores (not measured)")
-        notes.append(f"learning rates from the tune preset ({TUNE_STEPS} steps of the same corpus and schedule rule)")
+        notes.append("learning rates from the tune at each budget (the tune-adamw and tune-matrix presets)")
     elif preset == "tune":
         runs, micro = tune_runs(), []
         notes.append(f"estimated wall time {quality_wall_s(runs) / 60:.0f} minutes on 2 quiet cores (not measured)")
