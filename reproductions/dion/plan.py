@@ -438,7 +438,8 @@ def plan(preset: str) -> Plan:
         preset,
         runs,
         protocol="equal tokens in every comparison; quality runs: learning rate per optimizer from a recorded "
-        "seed-0 sweep with as many rates for each, the AdamW part of Muon and Dion at the smoke sweep's AdamW rate",
+        "seed-0 sweep with as many rates for each (the quality preset's: at its budget), the AdamW part of Muon and "
+        "Dion at the AdamW arm's rate",
         claims=Path(__file__).with_name("claims.yaml"),
         notes=notes,
         micro=micro,
