@@ -91,3 +91,21 @@ def test_the_tuned_cards_read_each_side_at_its_tuned_rate_and_the_others_at_the_
         sides = ((m["method"], m["arm"]), (m["baseline"], m["baseline_arm"]))
         expected = {method: fl_plan.LR_TUNED[method] if claim.id.endswith("-tuned") else 3e-3 for method, _ in sides}
         assert {method: arm["lr"] for method, arm in sides} == expected, claim.id
+
+
+def test_the_shape_preset_runs_the_papers_configuration_on_emulated_workers():
+    """128 groups, F = 8, 64 steps, lr 3e-4, 10% warm-up then cosine (docs/sources.md#fl-fsdp), each group's 4 ranks x
+    micro-batch 2 as one emulated worker of micro-batch 8, against FSDP over the same global batch; equal tokens;
+    three seeds; estimated under 90 minutes on 2 cores."""
+    plan = load_plan("fl-fsdp", "shape")
+    assert {(c.method, c.variant.get("G"), c.variant.get("F")) for c in plan.runs} == {
+        ("fsdp", None, None),
+        ("fl-fsdp", 1, 8),
+    }
+    for cfg in plan.runs:
+        assert (cfg.nproc, cfg.micro_batch, cfg.emulate) == (128, 8, True)
+        assert cfg.tokens == 64 * 128 * 8 * cfg.seq_len and cfg.lr == 3e-4 and cfg.weight_decay == 0.1
+        assert (cfg.warmup_steps, cfg.lr_decay, cfg.eval_every % F) == (6, "cosine", 0)
+    assert sorted(c.seed for c in plan.runs) == [0, 0, 1, 1, 2, 2]
+    minutes = fl_plan.shape_wall_s(plan.runs) / 60
+    assert f"estimated wall time {minutes:.0f} minutes on 2 quiet cores (not measured)" in plan.notes and minutes < 90

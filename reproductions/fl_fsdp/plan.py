@@ -28,7 +28,9 @@ separates the batch-size effect from the method: each quality arm on seed 0 at t
 preset's corpus and schedule rule, at every rate of LR_GRID (20 runs), filed as LR_SWEEP;
 suite.judge.sweeps.sweep_winners picks each arm's rate (LR_TUNED) and refuses a winner at the grid's edge. Tuned (CPU,
 1,112 s measured, results/fl-fsdp-tuned): the tune's arms at their LR_TUNED rates on TUNED_SEEDS, at the tune's
-budget. GPU: the same arms on every visible GPU (at least 4), llama-134m, 3 seeds. Paper: the paper's runs.
+budget. Shape (CPU, emulated workers; see SHAPE): the paper's FL+FSDP configuration in its shape, 128 groups, against
+FSDP over the same global batch. GPU: the same arms on every visible GPU (at least 4), llama-134m, 3 seeds. Paper:
+the paper's runs.
 """
 
 from __future__ import annotations
@@ -84,6 +86,24 @@ GPU_STEPS = 512
 # harness has no cosine decay), micro-batch 2 of 2,048 tokens, 65,536 blocks over 512 ranks = 64 steps.
 PAPER = dict(model="llama-8b", device="cuda", seq_len=2048, micro_batch=2, lr=3e-4, weight_decay=0.1, precision="bf16")
 PAPER_WORKERS, PAPER_STEPS = 512, 64
+# Shape preset (issue 43; CPU, emulated workers, docs/emulation.md): FL+FSDP in the shape of the paper's configuration,
+# 128 groups, F = 8, 64 steps, its optimizer settings and schedule, each group's 4 ranks x micro-batch 2 run as one
+# emulated worker of micro-batch 8 (FSDP inside a group is arithmetic on one replica of the group's batch), against
+# FSDP over the same 512 ranks' batch (128 emulated workers of micro-batch 8), at equal tokens; llama-tiny on the
+# stdlib corpus at 64 tokens a sequence (the paper's 2,048 would take 32x as long)
+SHAPE_GROUPS, SHAPE_RANKS_PER_GROUP = 128, 4
+SHAPE = {
+    **QUALITY,
+    "seq_len": 64,
+    "micro_batch": SHAPE_RANKS_PER_GROUP * PAPER["micro_batch"],
+    "lr": PAPER["lr"],
+    "weight_decay": PAPER["weight_decay"],
+    "emulate": True,
+}
+SHAPE_ARMS = [("fsdp", {}), ("fl-fsdp", {"F": F, "G": 1})]
+# tokens a second of one llama-tiny process on 2 quiet cores (dion's quality AdamW arm: 1,024 tokens in 0.156 s),
+# which emulated workers taking turns approach; the shape preset's estimate (not measured)
+ONE_PROCESS_TOKENS_PER_S = 1024 / 0.156
 TOPOLOGY, GPUS_PER_NODE = "4xA100-nvlink-4x200gbIB", 4
 
 
@@ -156,6 +176,25 @@ def _tuned() -> list[RunConfig]:
     return tuned_runs(arms_, LR_TUNED, lambda cfg: cfg.method, TUNED_SEEDS, tune)
 
 
+def _shape() -> list[RunConfig]:
+    """The paper's FL+FSDP shape against FSDP (SHAPE), FL_FSDP_SEEDS seeds (default 3)."""
+    common = {**SHAPE, **QUALITY_SCHEDULE.settings(PAPER_STEPS)}
+    return _runs(common, SHAPE_GROUPS, PAPER_STEPS, SHAPE_ARMS, range(_env("FL_FSDP_SEEDS", 3)))
+
+
+def shape_wall_s(runs: list[RunConfig]) -> float:
+    """Estimated wall seconds of the shape preset on 2 quiet cores: every token at ONE_PROCESS_TOKENS_PER_S, and each
+    evaluation (every worker's, where FSDP evaluates on every rank) at QUALITY_COSTS' fsdp one (not measured)."""
+    items = []
+    for cfg in runs:
+        steps = cfg.tokens // (cfg.nproc * cfg.micro_batch * cfg.seq_len)
+        step_s = cfg.nproc * cfg.micro_batch * cfg.seq_len / ONE_PROCESS_TOKENS_PER_S
+        items.append(
+            (StepCost(step_s, cfg.nproc * QUALITY_COSTS["fsdp"].eval_s / SMOKE_WORKERS), steps, steps // cfg.eval_every)
+        )
+    return estimated_wall_s(items)
+
+
 def quality_wall_s(runs: list[RunConfig]) -> float:
     """Estimated wall seconds of the quality (or tune) preset's runs on 2 quiet cores (QUALITY_COSTS; not
     measured)."""
@@ -223,13 +262,25 @@ _TUNED_NOTE = (
     "each arm at its own tuned learning rate (LR_TUNED, picked on seed 0 by the tune), reported on seeds "
     f"{', '.join(map(str, TUNED_SEEDS))}: a gap is the method's, not the batch-size effect of one shared rate"
 )
+_SHAPE_NOTE = (
+    f"the paper's shape on emulated workers (docs/emulation.md): {SHAPE_GROUPS} groups of one worker standing for "
+    f"{SHAPE_RANKS_PER_GROUP} ranks' batch, against FSDP over the same global batch; llama-tiny, a small-scale finding"
+)
 _PROTOCOLS = {
     "tune": "equal tokens, the same schedule and micro-batch per rank; every arm at every rate of one grid",
     "tuned": "equal tokens, the same schedule and micro-batch per rank; each arm at its rate tuned on seed 0",
 }
 _PAPER_PROTOCOL = "equal tokens, identical hyperparameters (same lr, schedule, micro-batch per rank)"
-PRESETS = {"smoke": _smoke, "quality": _quality, "tune": _tune, "tuned": _tuned, "gpu": _gpu, "paper": _paper}
-LOSS_ONLY = ("quality", "tune", "tuned")  # presets that measure loss only: no estimates
+PRESETS = {
+    "smoke": _smoke,
+    "quality": _quality,
+    "tune": _tune,
+    "tuned": _tuned,
+    "shape": _shape,
+    "gpu": _gpu,
+    "paper": _paper,
+}
+LOSS_ONLY = ("quality", "tune", "tuned", "shape")  # presets that measure loss only: no estimates
 
 
 def plan(preset: str) -> Plan:
@@ -245,7 +296,10 @@ def plan(preset: str) -> Plan:
     if preset == "smoke":
         notes.append(f"estimated wall time {smoke_wall_s(runs) / 60:.1f} minutes on 2 quiet cores (not measured)")
     if preset in LOSS_ONLY:
-        notes.append(f"estimated wall time {quality_wall_s(runs) / 60:.0f} minutes on 2 quiet cores (not measured)")
+        wall_s = shape_wall_s(runs) if preset == "shape" else quality_wall_s(runs)
+        notes.append(f"estimated wall time {wall_s / 60:.0f} minutes on 2 quiet cores (not measured)")
+    if preset == "shape":
+        notes.append(_SHAPE_NOTE)
     return Plan(
         preset,
         runs,

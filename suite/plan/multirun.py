@@ -37,8 +37,9 @@ from suite.run.recorder import new_run_id
 
 
 def shares_launch(cfg: RunConfig) -> bool:
-    """Whether `cfg` may run in a launch shared with other runs: nothing keeps it alive across failures."""
-    return not (cfg.checkpoint_every or cfg.max_restarts or cfg.resume or cfg.fault_step is not None)
+    """Whether `cfg` may run in a launch shared with other runs: nothing keeps it alive across failures, and its
+    workers are processes (emulated ones are threads of their own launch, suite/run/emulate.py)."""
+    return not (cfg.checkpoint_every or cfg.max_restarts or cfg.resume or cfg.fault_step is not None or cfg.emulate)
 
 
 def _complete(cfg: RunConfig) -> bool:
