@@ -32,7 +32,7 @@ two stages on seed 0 at each quality budget (LONG_STEPS), filed as TUNE_SWEEP; s
 arm apart (budget=...). Stage one, the AdamW arm at every rate of TUNE_GRID; its winners (ADAMW_TUNED) train the
 AdamW part of Muon and Dion at that budget in stage two, Muon and Dion at rank 1/4 at every rate of that budget's
 HORIZON_MATRIX_GRID.
-Quality (CPU, 4,796 s measured on 2 cores, results/dion-quality; estimated 64 minutes, see quality_wall_s): the four
+Quality (CPU, 3,795 s measured on 2 cores, results/dion-quality; estimated 64 minutes, see quality_wall_s): the four
 quality arms (AdamW, Muon, Dion at rank 1/4 and at full rank, micro-batch 8, one process; the claims name them by
 their micro-batch, the cost runs' is 4) on the stdlib corpus at two budgets a factor 2 apart (LONG_STEPS), seeds
 QUALITY_SEEDS, one schedule for every arm (QUALITY_SCHEDULE: warm-up over 10% of the steps,
