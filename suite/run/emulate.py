@@ -52,6 +52,12 @@ def active() -> bool:
     return getattr(_state, "emulated", False)
 
 
+def cpu_backend() -> str:
+    """The backend of a group for CPU tensors (control messages, checks): gloo, or in a logical worker the emulated
+    group, since workers that take turns stall in a gloo rendezvous between threads."""
+    return BACKEND if active() else "gloo"
+
+
 def manual_seed(seed: int) -> None:
     """torch.manual_seed, or in a logical worker the seeding of its own generator state (the process's generator
     is shared by every worker's thread)."""
@@ -84,12 +90,16 @@ def waiting() -> Iterator[None]:
     if not getattr(_state, "turn", False):
         yield
         return
-    _state.turn = False
-    _turn.release()
+    _give_turn()
     try:
         yield
     finally:
         _take_turn()
+
+
+def _give_turn() -> None:
+    _state.turn = False
+    _turn.release()
 
 
 def _take_turn() -> None:
@@ -252,8 +262,7 @@ def run_threads(cfg: RunConfig, work) -> Path:
             if dist.is_initialized():
                 dist.destroy_process_group()
             if getattr(_state, "turn", False):
-                _state.turn = False
-                _turn.release()
+                _give_turn()
 
     threads = [threading.Thread(target=logical_worker, args=(r,), name=f"worker-{r}") for r in range(cfg.nproc)]
     try:

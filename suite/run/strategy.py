@@ -29,6 +29,7 @@ from suite.config import RunConfig
 from suite.extensions import declared
 from suite.meters.comm import CommLedger
 from suite.params import Param, parse_params
+from suite.run import emulate
 
 
 def local_tensor(t: torch.Tensor) -> torch.Tensor:
@@ -58,10 +59,8 @@ class Context:
 
     def cpu_group(self) -> dist.ProcessGroup:
         """A new group of every rank for CPU tensors (checks, off NCCL): gloo, or the emulated workers' own group
-        (suite/run/emulate.py), whose workers take turns that a gloo rendezvous between threads would stall."""
-        from suite.run import emulate
-
-        return dist.new_group(backend=emulate.BACKEND if emulate.active() else "gloo")
+        (suite/run/emulate.py cpu_backend)."""
+        return dist.new_group(backend=emulate.cpu_backend())
 
 
 class Strategy(ABC):

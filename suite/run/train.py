@@ -63,7 +63,7 @@ class Worker:
         faults.rendezvous_done()
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         # a separate group for the loop's own control messages keeps them out of the ledger's groups
-        self.control = dist.new_group(backend=emulate.BACKEND if emulate.active() else "gloo")
+        self.control = dist.new_group(backend=emulate.cpu_backend())
         self.protocol = from_args(cfg.tokens, cfg.flops, cfg.time_s, cfg.target, cfg.max_tokens)
         if cfg.run_id is None:
             cfg.run_id = self._broadcast(new_run_id(cfg) if self.rank == 0 else None)
