@@ -25,7 +25,7 @@ def arm_config(record: dict) -> dict[str, Any]:
     """The arm-defining configuration of a record: its settings of kind "arm", and the method's own fields."""
     settings = record.get("settings") or {}
     out = {name: settings[name] for name in config.ARM if name in settings and name != "nproc"}
-    out = {k: v for k, v in out.items() if not (k in config.ARM_WHERE_SET and v is None)}
+    out = _without_unset(out)
     out.update(
         method=record["method"],
         variant=record["variant"],
@@ -44,11 +44,27 @@ def arm_key(config_: dict[str, Any]) -> str:
 
 
 def arm_of(record: dict) -> dict[str, Any]:
-    """The record's `arm` section: {key, config, label}; computed where an older record lacks it."""
-    if isinstance(record.get("arm"), dict) and "key" in record["arm"]:
-        return record["arm"]
-    cfg = arm_config(record)
+    """The record's `arm` section: {key, config, label}; computed where an older record lacks it, and re-keyed
+    where it names a where-set field unset (records of 929e279..14913c5 carry `emulate: false`), so that one
+    configuration has one key whichever commit wrote it."""
+    stored = record.get("arm")
+    if isinstance(stored, dict) and "key" in stored:
+        cfg = _without_unset(stored["config"])
+        return stored if cfg == stored["config"] else _arm(cfg)
+    return _arm(arm_config(record))
+
+
+def stored_key_holds(record: dict) -> bool:
+    """Whether the key a record carries is the key of the configuration it carries beside it."""
+    return record["arm"]["key"] == arm_key(record["arm"]["config"])
+
+
+def _arm(cfg: dict[str, Any]) -> dict[str, Any]:
     return {"key": arm_key(cfg), "config": cfg, "label": label(cfg)}
+
+
+def _without_unset(cfg: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in cfg.items() if not (k in config.ARM_WHERE_SET and (v is None or v is False))}
 
 
 def label(cfg: dict[str, Any]) -> str:

@@ -489,8 +489,9 @@ OPERATIONAL_FLAGS = tuple(FIELDS[n].metadata["flag"] for n in OPERATIONAL if FIE
 # what a record's settings do not compare on: where the record went, under what id, and the method's own fields
 NOT_SETTINGS = ("method", "variant", *names("output"))
 ARM = tuple(n for n in names("arm") if n not in ("method", "variant"))  # with method and variant, the arm
-# arm fields added after records existed: part of an arm only where set, so every earlier arm keeps its key
-ARM_WHERE_SET = ("init_from",)
+# arm fields added after records existed: part of an arm only where set (not None or False), so every earlier
+# arm keeps its key
+ARM_WHERE_SET = ("init_from", "emulate")
 
 
 def _flag_value(value: object) -> str:

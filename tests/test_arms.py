@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from suite.arms import arm_config, arm_key, arm_of, differences
+from suite.arms import arm_config, arm_key, arm_of, differences, stored_key_holds
 from suite.judge.claims import ClaimsError
 from suite.judge.verdicts import claim_frame, evaluate
 from tests.report_fixtures import make_record
@@ -35,6 +35,19 @@ def test_a_fine_tunes_starting_point_is_part_of_its_arm_and_unset_changes_no_ear
     tuned["settings"] = {**before.get("settings", {}), "init_from": "checkpoints/base.pt"}
     assert arm_key(arm_config(unset)) == arm_key(arm_config(before))
     assert arm_key(arm_config(tuned)) != arm_key(arm_config(before))
+
+
+def test_emulation_is_an_arm_of_its_own_and_a_stored_unset_emulate_reads_as_the_earlier_key():
+    real, emulated = make_record("ddp", 0), make_record("ddp", 0)
+    emulated["settings"] = {**real.get("settings", {}), "emulate": True}
+    assert arm_key(arm_config(emulated)) != arm_key(arm_config(real))
+    written_with_it = make_record("ddp", 0)
+    cfg = {**arm_config(real), "emulate": False}
+    written_with_it["arm"] = {"key": arm_key(cfg), "config": cfg, "label": "ddp"}
+    assert arm_of(written_with_it)["key"] == arm_of(real)["key"] == arm_key(arm_config(real))
+    assert stored_key_holds(written_with_it)
+    written_with_it["arm"]["key"] = arm_of(real)["key"]
+    assert not stored_key_holds(written_with_it)
 
 
 def test_world_size_makes_another_arm():

@@ -28,6 +28,9 @@ ADDED_SINCE = (
     "timing.load_average",
     "timing.method",
     "settings.comm_check",
+    "settings.emulate",
+    "parallel.emulated",
+    "parallel.processes",
 )
 PROVENANCE = {
     "digest",  # a rerun is another run (its id and times differ), so its seal differs by construction
