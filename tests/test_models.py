@@ -17,6 +17,7 @@ SMALL = {"dim": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "ffn_dim": 64,
 LLAMA_SIZES = {
     "llama-tiny": (2.5e6, 3.5e6),
     "llama-tiny-8l": (5.5e6, 6.5e6),
+    "llama-tiny-16l": (11.5e6, 12.5e6),
     "llama-50m": (45e6, 55e6),
     "llama-134m": (134e6 * 0.95, 134e6 * 1.05),
     "llama-500m": (500e6 * 0.95, 500e6 * 1.05),

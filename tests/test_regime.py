@@ -101,6 +101,17 @@ def test_a_quality_card_outside_its_regime_is_a_small_scale_finding():
     assert v.verdict == "holds at small scale" and v.p_value < 0.05
 
 
+def test_workers_emulated_in_one_process_are_named_beside_their_count():
+    card = quality_claim(regime=AT_1B, what_would_test="1B")
+    runs = frame(
+        rows("b-sdp", [2.40, 2.41, 2.42], field="final_val_loss", world_size=128, emulated=True),
+        rows("ddp", [2.60, 2.61, 2.59], field="final_val_loss", world_size=128, emulated=True),
+    )
+    assert "128 workers (emulated in one process)" in evaluate(card, runs).at
+    runs.loc[runs["method"] == "ddp", "emulated"] = False
+    assert "128 workers (some emulated in one process)" in evaluate(card, runs).at
+
+
 def test_a_compound_with_a_half_outside_the_regime_is_a_small_scale_finding():
     own = verdicts_module.Verdict("reproduced", commits="one clean commit aaaaaaa")
     half = verdicts_module.Verdict(

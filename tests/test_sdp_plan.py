@@ -76,8 +76,8 @@ def test_the_gpu_preset_runs_every_arm_its_cards_need(monkeypatch):
     monkeypatch.setattr(sdp_plan, "step_flops", lambda model, sequences, seq_len, blocks=None: 1e12 * sequences)
     monkeypatch.setenv("CIFAR_ROOT", "/data/cifar")
     cards = [c for c in claims_for("sdp") if set(c.requires) <= {"cuda"} and "estimated" not in c.evidence]
-    # the masking preset's card is the CPU stand-in of the 8-GPU card (llama-tiny-8l, 8 gloo workers)
-    cards = [c for c in cards if "--preset masking" not in c.command]
+    # the masking and eight presets' cards are CPU stand-ins of 8-GPU cards (8 gloo or emulated workers)
+    cards = [c for c in cards if not any(f"--preset {p}" in c.command for p in ("masking", "eight"))]
     runs = sdp_plan.plan("gpu").runs
     assert {c.id for c in cards} >= {"sdp-resnet18-cifar", "sdp-swin-cifar", "sdp-memory-range"}
     assert not _missing_arms(cards, _frame(runs))
@@ -202,3 +202,15 @@ def test_backward_masking_gets_forward_maskings_flops_in_the_masking_preset():
     root = Path(__file__).resolve().parents[1] / "results" / "sdp-masking"
     counted = [json.loads(p.read_text()) for p in sorted(root.glob("b-sdp-*.json"))]
     assert counted and all(r["totals"]["flops"] == r["totals"]["steps"] * per_step for r in counted)
+
+
+def test_the_eight_preset_runs_the_1b_comparison_on_eight_emulated_workers_within_90_minutes():
+    """sdp-1b-val-loss-eight: DDP at equal steps and B-SDP at C = 0.69 FLOP-matched, 8 workers of llama-tiny-16l
+    (llama-1b's 16 blocks) as threads of one process, three seeds; the plan states its estimate, under 90 minutes."""
+    plan = sdp_plan.plan("eight")
+    arms = {(r.method, "flops" if r.flops else "tokens", r.variant.get("C")) for r in plan.runs}
+    assert arms == {("ddp", "tokens", None), ("b-sdp", "flops", 0.69)}
+    assert all(r.emulate and r.nproc == 8 and r.model == "llama-tiny-16l" for r in plan.runs)
+    assert sorted(r.seed for r in plan.runs) == [0, 0, 1, 1, 2, 2]
+    assert sdp_plan.eight_wall_s(plan.runs) < 90 * 60
+    assert any("estimated wall time" in n for n in plan.notes)

@@ -90,20 +90,26 @@ PAPER_WORKERS, PAPER_STEPS = 512, 64
 # 128 groups, F = 8, 64 steps, its optimizer settings and schedule, each group's 4 ranks x micro-batch 2 run as one
 # emulated worker of micro-batch 8 (FSDP inside a group is arithmetic on one replica of the group's batch), against
 # FSDP over the same 512 ranks' batch (128 emulated workers of micro-batch 8), at equal tokens; llama-tiny on the
-# stdlib corpus at 64 tokens a sequence (the paper's 2,048 would take 32x as long)
+# stdlib corpus at 32 bytes a sequence, evaluated every 32 steps: at 64 bytes the three seeds' six runs were
+# estimated at 133 minutes from the measured step below (0.163 s a worker), over the 90 minutes a plan may take
 SHAPE_GROUPS, SHAPE_RANKS_PER_GROUP = 128, 4
 SHAPE = {
     **QUALITY,
-    "seq_len": 64,
+    "seq_len": 32,
     "micro_batch": SHAPE_RANKS_PER_GROUP * PAPER["micro_batch"],
     "lr": PAPER["lr"],
     "weight_decay": PAPER["weight_decay"],
+    "eval_every": 4 * F,
     "emulate": True,
 }
 SHAPE_ARMS = [("fsdp", {}), ("fl-fsdp", {"F": F, "G": 1})]
-# tokens a second of one llama-tiny process on 2 quiet cores (dion's quality AdamW arm: 1,024 tokens in 0.156 s),
-# which emulated workers taking turns approach; the shape preset's estimate (not measured)
-ONE_PROCESS_TOKENS_PER_S = 1024 / 0.156
+# Wall seconds of a step of 128 emulated workers and of one evaluation by all of them at the shape, measured with
+# `run --emulate` on 2 cores at load 0.7-1.4: FSDP 13.09 s a step over the timed steps of a 4-step run and 15.1 s an
+# evaluation; FL+FSDP 14.3 s a step, its 16-step run's 245 s less its 17 s of set-up (its own clock times one worker
+# between averagings: docs/emulation.md, Limits), its evaluation taken as FSDP's; and a run's set-up and ending,
+# 40 s (FSDP's 108 s of wall less its steps and evaluation)
+SHAPE_COSTS = {"fsdp": StepCost(13.09, 15.1), "fl-fsdp": StepCost(14.3, 15.1)}
+SHAPE_RUN_S = 40.0
 TOPOLOGY, GPUS_PER_NODE = "4xA100-nvlink-4x200gbIB", 4
 
 
@@ -183,16 +189,13 @@ def _shape() -> list[RunConfig]:
 
 
 def shape_wall_s(runs: list[RunConfig]) -> float:
-    """Estimated wall seconds of the shape preset on 2 quiet cores: every token at ONE_PROCESS_TOKENS_PER_S, and each
-    evaluation (every worker's, where FSDP evaluates on every rank) at QUALITY_COSTS' fsdp one (not measured)."""
+    """Estimated wall seconds of the shape preset on 2 quiet cores: each arm's steps and evaluations at SHAPE_COSTS
+    (not measured)."""
     items = []
     for cfg in runs:
         steps = cfg.tokens // (cfg.nproc * cfg.micro_batch * cfg.seq_len)
-        step_s = cfg.nproc * cfg.micro_batch * cfg.seq_len / ONE_PROCESS_TOKENS_PER_S
-        items.append(
-            (StepCost(step_s, cfg.nproc * QUALITY_COSTS["fsdp"].eval_s / SMOKE_WORKERS), steps, steps // cfg.eval_every)
-        )
-    return estimated_wall_s(items)
+        items.append((SHAPE_COSTS[cfg.method], steps, steps // cfg.eval_every))
+    return estimated_wall_s(items, per_run_s=SHAPE_RUN_S)
 
 
 def quality_wall_s(runs: list[RunConfig]) -> float:

@@ -23,7 +23,8 @@ preset's corpus and schedule rule, at every rate of LR_GRID (15 runs), filed as 
 suite.judge.sweeps.sweep_winners picks each arm's rate (LR_TUNED) and refuses a winner at the grid's edge. Tuned (CPU,
 1,730 s measured on 2 quiet cores, results/sdp-tuned): the tune's arms at their LR_TUNED rates on TUNED_SEEDS, at the
 tune's budget. Masking (CPU, 8 gloo workers): b-sdp against bb-sdp at C = 3/8 on llama-tiny-8l, three seeds, the
-quality corpus and schedule rule.
+quality corpus and schedule rule. Eight (CPU, emulated workers; see EIGHT): B-SDP at C = 0.69 FLOP-matched against DDP
+at the paper's 8 workers on llama-tiny-16l, llama-1b's depth, three seeds (estimated in eight_wall_s).
 Calibrate (CPU, about 12 minutes, written beside the smoke records): the 1B baselines over micro-batch and
 precision, and the method where they match the paper's absolute numbers. GPU: llama-134m on every visible GPU (at
 least 2), three seeds, and the CIFAR arms where CIFAR_ROOT holds the data. Paper: the paper's LLaMA runs on FineWeb
@@ -86,6 +87,16 @@ TUNED_SEEDS = (1, 2, 3, 4, 5, 6)
 # (sdp-backward-masking-sparse-cpu-flops)
 MASKING = {**QUALITY, "model": "llama-tiny-8l", "micro_batch": 2}  # 8 x 2 x 128: the quality preset's 2,048 tokens
 MASKING_STEPS, MASKING_WORKERS, MASKING_C = 300, 8, 0.375
+# Eight preset (issue 43; CPU, emulated workers, docs/emulation.md): sdp-1b-val-loss's comparison at the paper's worker
+# count and its model's depth, on this machine: 8 workers (a secondary source's count for the LLaMA runs) as threads of
+# one process, llama-tiny-16l (llama-1b's 16 blocks at llama-tiny's width), B-SDP at the 1B run's C = 0.69 (11 of 16
+# blocks a worker) FLOP-matched against DDP at equal steps; the quality preset's corpus, schedule rule, learning rate
+# and 2,048 tokens a step (8 workers x 2 x 128), at its shorter budget
+EIGHT = {**QUALITY, "model": "llama-tiny-16l", "micro_batch": 2, "emulate": True}
+EIGHT_WORKERS, EIGHT_STEPS, EIGHT_C = 8, 300, 0.69
+# Wall seconds per step and per evaluation of its arms, measured with `run --emulate` on 2 cores (load 1.6; 20 steps,
+# median step): DDP 1.834 and 0.98, B-SDP at C = 0.69 1.357 and 1.06
+EIGHT_COSTS = {None: StepCost(1.834, 0.98), EIGHT_C: StepCost(1.357, 1.06)}
 # Wall seconds per step and per evaluation on 2 cores, from results/sdp-smoke (medians over seeds; StepCost); the
 # FLOP-matched B-SDP arm at C=0.5 there ran 39 steps for DDP's 20
 QUALITY_COSTS = {0.5: StepCost(0.220, 0.71), 0.75: StepCost(0.350, 0.77), None: StepCost(0.423, 0.93)}
@@ -337,6 +348,29 @@ def _masking() -> list[RunConfig]:
     ]
 
 
+def _eight() -> list[RunConfig]:
+    """DDP at equal steps and B-SDP at C = EIGHT_C FLOP-matched, EIGHT_WORKERS emulated workers, SDP_SEEDS seeds."""
+    common = {**EIGHT, **QUALITY_SCHEDULE.settings(EIGHT_STEPS)}
+    equal, matched = _budgets(common, EIGHT_WORKERS, EIGHT_STEPS)
+    arms = (("ddp", {}, equal), ("b-sdp", {"C": EIGHT_C}, matched))
+    return [
+        RunConfig(method=m, nproc=EIGHT_WORKERS, seed=s, variant=v, **common, **budget)
+        for s in _seeds(3)
+        for m, v, budget in arms
+    ]
+
+
+def eight_wall_s(runs: list[RunConfig]) -> float:
+    """Estimated wall seconds of the eight preset on 2 quiet cores (EIGHT_COSTS; not measured): a FLOP-matched B-SDP
+    run takes DDP's FLOPs in steps of (1 + 2C) / 3 of DDP's (a full forward, a backward through its C of the blocks)."""
+    items = []
+    for cfg in runs:
+        c = cfg.variant.get("C")
+        steps = EIGHT_STEPS if c is None else EIGHT_STEPS * 3 / (1 + 2 * c)
+        items.append((EIGHT_COSTS[c], steps, int(steps // cfg.eval_every)))
+    return estimated_wall_s(items)
+
+
 def quality_wall_s(runs: list[RunConfig]) -> float:
     """Estimated wall seconds of the quality (or tune) preset's runs on 2 quiet cores (QUALITY_COSTS; not
     measured)."""
@@ -404,6 +438,7 @@ PRESETS = {
     "tune": _tune,
     "tuned": _tuned,
     "masking": _masking,
+    "eight": _eight,
     "calibrate": list,
 }
 
@@ -414,10 +449,12 @@ def plan(preset: str) -> Plan:
     notes = []
     if preset == "gpu" and not os.environ.get("CIFAR_ROOT"):
         notes.append("no CIFAR_ROOT: the ResNet-18 and Swin-T CIFAR arms are skipped, their cards stay untested")
-    if preset in ("smoke", "quality", "masking") and len(_seeds(3)) < 3:
+    if preset in ("smoke", "quality", "masking", "eight") and len(_seeds(3)) < 3:
         notes.append(f"{len(_seeds(3))} seed(s) per quality arm: the quality cards need 3 (SDP_SEEDS=3)")
     if preset in ("quality", "tune", "tuned"):
         notes.append(f"estimated wall time {quality_wall_s(runs) / 60:.0f} minutes on 2 quiet cores (not measured)")
+    if preset == "eight":
+        notes.append(f"estimated wall time {eight_wall_s(runs) / 60:.0f} minutes on 2 quiet cores (not measured)")
     if preset == "tune":
         notes.append(
             f"a learning-rate sweep filed as {LR_SWEEP}: suite.judge.sweeps.sweep_winners picks each arm's rate"

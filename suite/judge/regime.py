@@ -67,6 +67,9 @@ def scale_words(rows: pd.DataFrame, provenance: str | None) -> str:
     models = ", ".join(f"{m} {count_words(p)}" for m, p in zip(sized["model"], sized["params"]))
     worlds = sorted({int(w) for w in rows["world_size"]})
     workers = f"{worlds[0]}" if len(worlds) == 1 else f"{worlds[0]}-{worlds[-1]}"
+    workers += f" worker{'' if worlds == [1] else 's'}"
+    if "emulated" in rows.columns and rows["emulated"].any():
+        workers += " (emulated in one process)" if rows["emulated"].all() else " (some emulated in one process)"
     measured = provenance is None or provenance.startswith("measured")
     where = "/".join(sorted(set(rows["device"]))) if measured else provenance
-    return ", ".join(p for p in (models, f"{workers} worker{'' if worlds == [1] else 's'}", where) if p)
+    return ", ".join(p for p in (models, workers, where) if p)

@@ -52,6 +52,10 @@ LLAMA_CONFIGS: dict[str, LlamaConfig] = {
     "llama-tiny-8l": LlamaConfig(
         dim=256, n_layers=8, n_heads=8, n_kv_heads=8, vocab_size=256, ffn_dim=640, max_seq_len=1024
     ),
+    # llama-tiny with 16 blocks, llama-1b's depth: SDP's 1B runs hold whole blocks of 16 at 8 workers (issue 43)
+    "llama-tiny-16l": LlamaConfig(
+        dim=256, n_layers=16, n_heads=8, n_kv_heads=8, vocab_size=256, ffn_dim=640, max_seq_len=1024
+    ),
     "llama-50m": LlamaConfig(
         dim=512, n_layers=12, n_heads=8, n_kv_heads=8, vocab_size=256, ffn_dim=2048, max_seq_len=1024
     ),

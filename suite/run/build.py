@@ -117,13 +117,12 @@ def build_parts(
     task = Task(cfg, kind, data)
     overrides = _model_overrides(cfg, kind, data)
     strategy.setup(ctx)
-    emulate.manual_seed(cfg.seed)
+    torch.manual_seed(cfg.seed)  # in a logical worker, its own stream (suite/run/emulate.py)
     full_params: list[int] = []
     start = load_state(cfg.init_from, cfg.model, overrides) if cfg.init_from else None
 
     def make_model() -> nn.Module:
-        with emulate.model_rng():  # a logical worker's own generator (suite/run/emulate.py)
-            m = models.build_model(cfg.model, **overrides)
+        m = models.build_model(cfg.model, **overrides)
         full_params.append(models.num_params(m))
         if start is not None:  # before the strategy shards or wraps it: every method starts from these weights
             m.load_state_dict(start)

@@ -8,8 +8,11 @@ a collective waits for every rank's thread, then one thread reduces the ranks' t
 lacks is written here, because no maintained library has it:
 
 - point-to-point `send` and `recv` (SDP assembles its evaluation model with them);
-- one model initialisation per worker: the default generator belongs to the process, so each thread builds its
-  model from its own copy of the generator's state, seeded as a process would seed it (`model_rng`);
+- one random stream per worker: the default generators belong to the process, so the worker taking the turn puts
+  its own state in them and the one giving it up takes its state out (`_take_turn`, `_give_turn`); a worker's model
+  initialisation and every draw after (Dion's first Q) come from its own seeded stream, as in a process of its own.
+  Left shared, Dion's draws interleaved as the threads ran: two emulated runs of one configuration differed by
+  1e-3 nats at their second step;
 - one worker computing at a time (`_turn`): a worker holds the turn while it computes and gives it up while it
   waits for the others (in a collective, a receive, a group's creation). K threads computing at once on a few
   cores each ran their ops on a team of the intra-op threads (128 workers: a load of 93 on 2 cores, and a step
@@ -25,6 +28,7 @@ record's `parallel.emulated` is true with `parallel.processes` 1.
 from __future__ import annotations
 
 import copy
+import gc
 import queue
 import threading
 from collections.abc import Iterator
@@ -39,8 +43,7 @@ from suite.meters import comm
 from suite.meters.comm import tensor_bytes
 
 BACKEND = "emulated"
-_state = threading.local()  # a logical worker's own: whether it is one, its model generator's state, its turn
-_build = threading.Lock()
+_state = threading.local()  # a logical worker's own: whether it is one, its generators' states, its turn
 _turn = threading.Lock()  # held by the one worker computing
 _patience = {"s": 1800.0}  # how long a worker waits for its turn: the run's collective timeout
 _shared: dict = {}
@@ -58,32 +61,6 @@ def cpu_backend() -> str:
     return BACKEND if active() else "gloo"
 
 
-def manual_seed(seed: int) -> None:
-    """torch.manual_seed, or in a logical worker the seeding of its own generator state (the process's generator
-    is shared by every worker's thread)."""
-    if active():
-        _state.rng = torch.Generator().manual_seed(seed).get_state()
-    else:
-        torch.manual_seed(seed)
-
-
-@contextmanager
-def model_rng() -> Iterator[None]:
-    """Around a model's construction: in a logical worker, the default generator holds this worker's own state
-    (as manual_seed left it), one worker at a time; elsewhere nothing changes."""
-    if not active():
-        yield
-        return
-    with _build:
-        outside = torch.get_rng_state()
-        torch.set_rng_state(_state.rng)
-        try:
-            yield
-        finally:
-            _state.rng = torch.get_rng_state()
-            torch.set_rng_state(outside)
-
-
 @contextmanager
 def waiting() -> Iterator[None]:
     """Around a wait for the other workers: the turn goes to them, and comes back after."""
@@ -98,6 +75,7 @@ def waiting() -> Iterator[None]:
 
 
 def _give_turn() -> None:
+    _state.rng = _rng_state()
     _state.turn = False
     _turn.release()
 
@@ -107,6 +85,20 @@ def _take_turn() -> None:
     if not _turn.acquire(timeout=_patience["s"]):
         raise TimeoutError(f"an emulated worker waited {_patience['s']:.0f} s for its turn (collective_timeout_s)")
     _state.turn = True
+    if _state.rng is not None:
+        _set_rng_state(_state.rng)
+
+
+def _rng_state() -> tuple:
+    """The default generators' states: the CPU one's, and each initialised GPU's."""
+    return torch.get_rng_state(), torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+
+
+def _set_rng_state(state: tuple) -> None:
+    cpu, gpus = state
+    torch.set_rng_state(cpu)
+    if gpus is not None:
+        torch.cuda.set_rng_state_all(gpus)
 
 
 def shared(key: tuple, load):
@@ -171,6 +163,27 @@ _COUNTED = {
 }
 
 
+class _SumInRankOrder:
+    """An all-reduce's SUM or AVG as one running sum, rank 0's tensor plus each other rank's in rank order.
+
+    The threaded group's own stacks the K tensors first: 128 workers' gradients were a 1.5 GB buffer made anew
+    at every all-reduce, a third of an emulated DDP step."""
+
+    def __init__(self, op: dist.ReduceOp) -> None:
+        self.average = op == dist.ReduceOp.AVG
+
+    @torch.no_grad()
+    def work(self, data: list[list[torch.Tensor]]) -> None:
+        for i in range(len(data[0])):
+            total = data[0][i].detach().clone()
+            for rank in range(1, len(data)):
+                total.add_(data[rank][i].detach())
+            if self.average:
+                total.div_(len(data))
+            for tensors in data:
+                tensors[i].detach().copy_(total)
+
+
 def _counting(name: str, base):
     """`base` booked once in this thread's ledger: the group's own collectives call each other (an all-gather
     into one tensor is an all-gather of its chunks), and only the outermost call is the one the caller made."""
@@ -209,6 +222,17 @@ def _group_class():
                     sent = _MAIL.box((self.pg_name, src, self._rank, tag)).get()
                 t.detach().copy_(sent)
             return threaded.ret_work(tensors)
+
+        def allreduce(self, tensor_list: list[torch.Tensor], opts=None):
+            op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+            if op not in (dist.ReduceOp.SUM, dist.ReduceOp.AVG):
+                return threaded.ProcessLocalGroup.allreduce(self, tensor_list, opts)
+            coll = threaded.ProcessLocalGroup._start_coll(_SumInRankOrder(op), self)
+            done = coll.join(self._rank, tensor_list)
+            threaded.ProcessLocalGroup._end_coll(coll, self)
+            return done
+
+        allreduce_coalesced = allreduce
 
         def getBackendName(self) -> str:
             return BACKEND
@@ -276,6 +300,7 @@ def run_threads(cfg: RunConfig, work) -> Path:
         _shared.clear()
         threaded._uninstall_threaded_pg()
         torch._C._distributed_c10d._set_thread_isolation_mode(False)
+        gc.collect()  # the workers' cycles, once for all of them (suite/run/train.py _end_process_groups)
     if failures:
         rank, err = failures[0]
         raise WorkerFailed(f"worker {rank}: {type(err).__name__}: {err}") from err
