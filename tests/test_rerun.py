@@ -52,6 +52,9 @@ CONDITIONS = ("timing.load_average",)  # the machine's load while it ran: what i
 
 def _committed(**wanted) -> dict:
     records = [r for folder in sorted(COMMITTED.glob("*-smoke")) for r in load_records(folder)[0]]
+    # a fine-tune starts from a model file its plan wrote outside the repository, and its base run writes one there:
+    # neither reruns from a checkout as it is
+    records = [r for r in records if not (r["settings"].get("init_from") or r["settings"].get("checkpoint"))]
     found = [r for r in records if all(summary_row(r).get(k) == v for k, v in wanted.items())]
     assert found, f"no committed record with {wanted}"
     return sorted(found, key=lambda r: r["run_id"])[0]

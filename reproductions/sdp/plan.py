@@ -362,11 +362,17 @@ def _eight() -> list[RunConfig]:
 
 def eight_wall_s(runs: list[RunConfig]) -> float:
     """Estimated wall seconds of the eight preset on 2 quiet cores (EIGHT_COSTS; not measured): a FLOP-matched B-SDP
-    run takes DDP's FLOPs in steps of (1 + 2C) / 3 of DDP's (a full forward, a backward through its C of the blocks)."""
+    run takes DDP's FLOPs in steps of its forward-masked model (step_flops of its held blocks)."""
     items = []
     for cfg in runs:
         c = cfg.variant.get("C")
-        steps = EIGHT_STEPS if c is None else EIGHT_STEPS * 3 / (1 + 2 * c)
+        sequences = cfg.nproc * cfg.micro_batch
+        blocks = None if c is None else held_count(model_config(cfg.model)["n_layers"], c)
+        steps = (
+            cfg.tokens / (sequences * cfg.seq_len)
+            if cfg.tokens
+            else cfg.flops / step_flops(cfg.model, sequences, cfg.seq_len, blocks=blocks)
+        )
         items.append((EIGHT_COSTS[c], steps, int(steps // cfg.eval_every)))
     return estimated_wall_s(items)
 
