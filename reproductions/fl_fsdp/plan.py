@@ -91,7 +91,7 @@ PAPER_WORKERS, PAPER_STEPS = 512, 64
 # emulated worker of micro-batch 8 (FSDP inside a group is arithmetic on one replica of the group's batch), against
 # FSDP over the same 512 ranks' batch (128 emulated workers of micro-batch 8), at equal tokens; llama-tiny on the
 # stdlib corpus at 32 bytes a sequence, evaluated every 32 steps: at 64 bytes the three seeds' six runs were
-# estimated at 133 minutes from the measured step below (0.163 s a worker), over the 90 minutes a plan may take
+# estimated at 133 minutes from FSDP's step measured there (0.163 s a worker), over the 90 minutes a plan may take
 SHAPE_GROUPS, SHAPE_RANKS_PER_GROUP = 128, 4
 SHAPE = {
     **QUALITY,
