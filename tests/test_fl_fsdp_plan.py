@@ -112,10 +112,5 @@ def test_the_shape_preset_runs_the_papers_configuration_on_emulated_workers():
     assert f"estimated wall time {minutes:.0f} minutes on 2 quiet cores (not measured)" in plan.notes
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 43 item 4: from the measured steps of 128 emulated workers (SHAPE_COSTS) the shape preset takes 95 "
-    "minutes on 2 cores, over the 90 a plan may take; each worker's FSDP2 machinery costs about what its compute does",
-)
 def test_the_shape_preset_fits_90_minutes_on_2_cores():
     assert fl_plan.shape_wall_s(load_plan("fl-fsdp", "shape").runs) < 90 * 60

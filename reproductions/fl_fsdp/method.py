@@ -120,8 +120,14 @@ class Federated(Strategy):
         returns its own kind."""
         return FederatedAverager(*args, **kwargs)
 
+    @property
+    def sharded(self) -> bool:
+        """FSDP2 inside each group: a one-rank group has nothing to shard and trains its model unwrapped (the same
+        arithmetic, tests/test_fl_fsdp_runs.py; FSDP2's hooks on one rank cost about what llama-tiny's compute does)."""
+        return self.inner == "fsdp" and self.dims.G > 1
+
     def _wrap(self, model: nn.Module, ctx: Context) -> nn.Module:
-        if self.inner == "fsdp":
+        if self.sharded:
             kw = {
                 "mesh": group_mesh(self.mesh, self.dims),
                 "mp_policy": precision.fsdp_policy(self.cfg.precision),
@@ -140,7 +146,7 @@ class Federated(Strategy):
 
     # ---- the loop's hooks ---------------------------------------------------------------------------
     def micro_step(self, model: nn.Module, last: bool) -> AbstractContextManager:
-        if self.inner == "fsdp":
+        if self.sharded:
             return gradient_sync(model, last)
         if isinstance(model, DistributedDataParallel) and not last:
             return model.no_sync()
@@ -148,7 +154,7 @@ class Federated(Strategy):
 
     def autocast(self, ctx: Context) -> AbstractContextManager:
         # sharded groups use FSDP2's mixed-precision policy instead, as the fsdp baseline does
-        return nullcontext() if self.inner == "fsdp" else precision.autocast(ctx.device, self.cfg.precision)
+        return nullcontext() if self.sharded else precision.autocast(ctx.device, self.cfg.precision)
 
     def after_step(self, model: nn.Module, step: int, ctx: Context) -> None:
         if (step + 1) % self.F:
@@ -175,7 +181,7 @@ class Federated(Strategy):
         mesh = {"fed": d.K, "replicate": d.R, "shard": d.S}
         params = sum(p.numel() for p in self.averager.params)  # DTensors report their global size
         gathered = precision.fsdp_policy(self.cfg.precision).param_dtype or torch.float32
-        itemsize = gathered.itemsize if self.inner == "fsdp" else 4
+        itemsize = gathered.itemsize if self.sharded else 4
         local = sum(t.numel() for t in self.averager.local)
         return {
             "strategy": self.name,

@@ -88,10 +88,11 @@ PAPER = dict(model="llama-8b", device="cuda", seq_len=2048, micro_batch=2, lr=3e
 PAPER_WORKERS, PAPER_STEPS = 512, 64
 # Shape preset (issue 43; CPU, emulated workers, docs/emulation.md): FL+FSDP in the shape of the paper's configuration,
 # 128 groups, F = 8, 64 steps, its optimizer settings and schedule, each group's 4 ranks x micro-batch 2 run as one
-# emulated worker of micro-batch 8 (FSDP inside a group is arithmetic on one replica of the group's batch), against
-# FSDP over the same 512 ranks' batch (128 emulated workers of micro-batch 8), at equal tokens; llama-tiny on the
-# stdlib corpus at 32 bytes a sequence, evaluated every 32 steps: at 64 bytes the three seeds' six runs were
-# estimated at 133 minutes from FSDP's step measured there (0.163 s a worker), over the 90 minutes a plan may take
+# emulated worker of micro-batch 8 (FSDP inside a group is arithmetic on one replica of the group's batch; a group of
+# one worker trains unwrapped), against FSDP over the same 512 ranks' batch (128 emulated workers of micro-batch 8),
+# at equal tokens; llama-tiny on the stdlib corpus at 32 bytes a sequence (at 64 the six runs were estimated at 133
+# minutes), evaluated once, after the last step. Meters off: at 128 workers their FLOP-counted, memory- and
+# byte-metered steps cost about 150 s a run (three metered steps of 50-60 s), and no card of this preset reads them
 SHAPE_GROUPS, SHAPE_RANKS_PER_GROUP = 128, 4
 SHAPE = {
     **QUALITY,
@@ -99,16 +100,17 @@ SHAPE = {
     "micro_batch": SHAPE_RANKS_PER_GROUP * PAPER["micro_batch"],
     "lr": PAPER["lr"],
     "weight_decay": PAPER["weight_decay"],
-    "eval_every": 4 * F,
+    "eval_every": PAPER_STEPS,
+    "meters": False,
     "emulate": True,
 }
 SHAPE_ARMS = [("fsdp", {}), ("fl-fsdp", {"F": F, "G": 1})]
 # Wall seconds of a step of 128 emulated workers and of one evaluation by all of them at the shape, measured with
-# `run --emulate` on 2 cores at load 0.7-1.4: FSDP 13.09 s a step over the timed steps of a 4-step run and 15.1 s an
-# evaluation; FL+FSDP 14.3 s a step, its 16-step run's 245 s less its 17 s of set-up (its own clock times one worker
-# between averagings: docs/emulation.md, Limits), its evaluation taken as FSDP's; and a run's set-up and ending,
-# 40 s (FSDP's 108 s of wall less its steps and evaluation)
-SHAPE_COSTS = {"fsdp": StepCost(13.09, 15.1), "fl-fsdp": StepCost(14.3, 15.1)}
+# `run --emulate` on 2 cores at load 0.7-1.5: FSDP 13.09 and 14.60 s a timed step in two 4-step runs (their mean) and
+# 15.1 s an evaluation; FL+FSDP's unwrapped groups of one 11.36 s a step (a 16-step run's wall less an 8-step run's,
+# over 8: its own clock times one worker between averagings, docs/emulation.md, Limits), its evaluation taken as
+# FSDP's; and a run's set-up and ending, 40 s (an FSDP run's wall less its steps and evaluation)
+SHAPE_COSTS = {"fsdp": StepCost(13.85, 15.1), "fl-fsdp": StepCost(11.36, 15.1)}
 SHAPE_RUN_S = 40.0
 TOPOLOGY, GPUS_PER_NODE = "4xA100-nvlink-4x200gbIB", 4
 
