@@ -90,3 +90,17 @@ def test_phases_are_timed_apart_and_their_medians_recorded(monkeypatch):
     phases = clock.phase_medians()
     assert phases["forward_backward"] == pytest.approx(1.0) and phases["optimizer"] == pytest.approx(0.25)
     assert phases["aggregation"] == 0.0 and set(phases) == set(clock_module.PHASES)
+
+
+def test_a_meeting_of_emulated_workers_times_the_step_from_meeting_to_meeting():
+    """Emulated workers take turns; a step runs between the instants the last worker reached each edge, not over
+    the turns rank 0 held (its own clock timed FL's 128 workers at 7x the process's speed)."""
+    from suite.meters.clock import StepClock
+
+    instants = iter([(10.0, 1.0), (13.5, 8.0), (20.0, 9.0), (22.0, 12.5)])
+    clock = StepClock(torch.device("cpu"), warmup=0, meet=lambda: next(instants))
+    for index in range(2):
+        with clock.step(index, tokens=100):
+            pass
+    assert [(s.seconds, s.cpu_seconds) for s in clock.timed] == [(3.5, 7.0), (2.0, 3.5)]
+    assert clock.elapsed == 5.5 and clock.tokens_per_s() == 200 / 5.5

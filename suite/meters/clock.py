@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
@@ -40,9 +41,9 @@ _PER_PROCESS = (
     "periods of their mean step; cpu_step_s_median: the median over ranks"
 )
 _ONE_PROCESS = (
-    "CPU seconds (user + system, all threads) of the one process that runs every emulated worker, over each "
-    "worker's timed steps, the median over whole periods of their mean step: the whole emulation's CPU per step, "
-    "not one worker's"
+    "CPU seconds (user + system, all threads) of the one process that runs every emulated worker, over the timed "
+    "steps (each from the meeting of every worker at its start to the one at its end), the median over whole "
+    "periods of their mean step: the whole emulation's CPU per step, not one worker's"
 )
 
 
@@ -64,8 +65,14 @@ class StepClock:
     machine moves least. With period 1 that is the median step.
     """
 
-    def __init__(self, device: torch.device, warmup: int, period: int = 1) -> None:
+    def __init__(
+        self, device: torch.device, warmup: int, period: int = 1, meet: Callable[[], tuple[float, float]] | None = None
+    ) -> None:
+        """`meet`: for workers that take turns in one process (suite/run/emulate.py), a meeting of all of them that
+        returns the instants (wall, process CPU) when the last arrived; a step then runs from the meeting at its
+        start to the one at its end, every worker's share of it inside. Otherwise the step is this worker's."""
         self.device = device
+        self._now = meet or (lambda: (time.perf_counter(), time.process_time()))
         self.warmup = warmup
         self.period = max(period, 1)
         self.elapsed = 0.0
@@ -84,11 +91,11 @@ class StepClock:
         """Time step `index` of `tokens` tokens (all workers); `on_clock=False` for metered steps."""
         self._sync()
         self._phases, self._events = {}, []
-        start, cpu_start = time.perf_counter(), time.process_time()
+        start, cpu_start = self._now()
         yield
         self._sync()
-        dt = time.perf_counter() - start
-        cpu = time.process_time() - cpu_start
+        end, cpu_end = self._now()
+        dt, cpu = end - start, cpu_end - cpu_start
         for name, begin, end in self._events:
             self._phases[name] = self._phases.get(name, 0.0) + begin.elapsed_time(end) / 1000
         self.elapsed += dt

@@ -40,6 +40,13 @@ def finite_or_none(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
+# suite/run/emulate.py Meeting: the workers take turns in one process, so a step is the process's, not a device's
+_EMULATED_STEP = (
+    "; emulated workers: a step runs from the meeting of every worker at its start to the one at its end, the "
+    "whole process's time for all of them (phases are rank 0's own)"
+)
+
+
 class Timing:
     """Where this attempt's wall time went on rank 0: the record's `timing`, for the plan's breakdown
     (suite/timing.py). It starts with the Worker; each phase is added by the code that runs it."""
@@ -181,7 +188,7 @@ class Recorder:
         tps = clock.tokens_per_s()
         peak = self.record["env"]["peak_flops"]
         step_s = clock.step_s()
-        world = dist.get_world_size(self.group)
+        devices = 1 if self.cfg.emulate else dist.get_world_size(self.group)  # emulated: every worker on one
         return {
             "tokens_per_s": tps,
             "samples_per_s": tps / tokens_per_sequence if tps else None,
@@ -195,8 +202,8 @@ class Recorder:
             "method": "wall-clock of timed steps (after warm-up, metered steps and evaluation excluded), over "
             "whole periods of the method's pattern; step_s_median: the median over periods of their mean step; "
             "phases: medians of forward+backward, gradient aggregation no wrapper does, optimizer step "
-            "(clipping included) and after-step work",
-            "mfu": (flops_per_step / step_s) / (peak * world) if peak and step_s and flops_per_step else None,
+            "(clipping included) and after-step work" + (_EMULATED_STEP if self.cfg.emulate else ""),
+            "mfu": (flops_per_step / step_s) / (peak * devices) if peak and step_s and flops_per_step else None,
         }
 
     def fail(self, err: BaseException, resumed: bool) -> None:

@@ -143,7 +143,8 @@ class Worker:
         """Steps from the start or the newest checkpoint until the budget is spent or the loss diverges, then
         closes the record."""
         cfg, parts, recorder = self.cfg, self.parts, self.recorder
-        clock = StepClock(self.device, cfg.clock_warmup, self.strategy.comm_period)
+        meet = emulate.meeting(cfg.run_id, self.world) if emulate.active() else None
+        clock = StepClock(self.device, cfg.clock_warmup, self.strategy.comm_period, meet)
         at = Position()
         if resuming(cfg):
             at, self.spent = self.checkpoints.resume(clock, self.timing.started)
