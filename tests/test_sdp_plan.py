@@ -159,6 +159,29 @@ def test_the_tuned_preset_runs_the_tunes_arms_at_their_rates_on_the_other_seeds(
     assert {_arm_but_rate(c) for c in tuned} == {_arm_but_rate(c) for c in tune}
 
 
+def test_the_long_tune_sweeps_the_600_step_cards_arms_and_each_plan_fits_90_minutes(monkeypatch):
+    """Issue 41 item 9: the arms of sdp-quality-flop-matched (DDP and B-SDP at C = 0.5 FLOP-matched, 600 DDP steps)
+    tuned at that horizon over the tune's grid, then on the tuned seeds; neither plan over 90 minutes on 2 cores."""
+    quality = {_arm_but_rate(c) for c in sdp_plan.plan("quality").runs if c.seed == 0}
+    tune = sdp_plan.plan("tune-long")
+    assert {sdp_plan.tune_key(c) for c in tune.runs} == {"ddp", "b-sdp C=0.5"}
+    assert {_arm_but_rate(c) for c in tune.runs} <= quality
+    assert max(c.warmup_steps for c in tune.runs) == 60  # the longer budget's schedule
+    assert sorted({c.lr for c in tune.runs}, key=lambda r: r or sdp_plan.SMOKE["lr"]) == sorted(
+        {None if r == sdp_plan.SMOKE.get("lr") else r for r in sdp_plan.LR_GRID},
+        key=lambda r: r or sdp_plan.SMOKE["lr"],
+    )
+    with pytest.raises(ValueError, match="--preset tune-long.*LONG_TUNED"):
+        sdp_plan.plan("tuned-long")
+    monkeypatch.setattr(sdp_plan, "LONG_TUNED", {"ddp": 1.5e-3, "b-sdp C=0.5": 3e-3})
+    tuned = sdp_plan.plan("tuned-long")
+    assert sorted((sdp_plan.tune_key(c), c.seed, c.lr) for c in tuned.runs) == sorted(
+        (k, s, r) for k, r in sdp_plan.LONG_TUNED.items() for s in sdp_plan.TUNED_SEEDS
+    )
+    for plan in (tune, tuned):
+        assert sdp_plan.quality_wall_s(plan.runs) < 90 * 60
+
+
 def _arm_but_rate(cfg: RunConfig) -> tuple:
     return cfg.method, cfg.tokens, cfg.flops, cfg.warmup_steps, cfg.lr_decay, cfg.data, str(cfg.variant)
 

@@ -22,7 +22,9 @@ tuned protocol (issue 26 item 3, AlgoPerf's rule), each quality arm on seed 0 at
 preset's corpus and schedule rule, at every rate of LR_GRID (15 runs), filed as LR_SWEEP;
 suite.judge.sweeps.sweep_winners picks each arm's rate (LR_TUNED) and refuses a winner at the grid's edge. Tuned (CPU,
 1,730 s measured on 2 quiet cores, results/sdp-tuned): the tune's arms at their LR_TUNED rates on TUNED_SEEDS, at the
-tune's budget. Masking (CPU, 8 gloo workers): b-sdp against bb-sdp at C = 3/8 on llama-tiny-8l, three seeds, the
+tune's budget. Tune-long and tuned-long (CPU; estimated 49 and 59 minutes, see quality_wall_s): the same two steps at
+the longer budget for the arms of the 600-step card (DDP, B-SDP at C = 0.5 FLOP-matched), rates in LONG_TUNED. Masking
+(CPU, 8 gloo workers): b-sdp against bb-sdp at C = 3/8 on llama-tiny-8l, three seeds, the
 quality corpus and schedule rule. Eight (CPU, emulated workers; see EIGHT): B-SDP at C = 0.69 FLOP-matched against DDP
 at the paper's 8 workers on llama-tiny-16l, llama-1b's depth, three seeds (estimated in eight_wall_s).
 Calibrate (CPU, about 12 minutes, written beside the smoke records): the 1B baselines over micro-batch and
@@ -80,6 +82,12 @@ LR_GRID = (7.5e-4, 1.5e-3, 3e-3, 6e-3, 1.2e-2)
 # planning asked about 5 seeds per arm at that spread; one more covers the spread's own uncertainty
 LR_TUNED: dict[str, float | None] = {"ddp": 1.5e-3, "b-sdp C=0.5": 1.5e-3, "b-sdp C=0.75": 1.5e-3}
 TUNED_SEEDS = (1, 2, 3, 4, 5, 6)
+# Tune-long and tuned-long presets (issue 41 item 9): the tuned protocol at the longer budget, for the card that decides
+# sdp-memory-range's quality half (sdp-quality-flop-matched, 600 DDP steps), whose shared rate 3e-3 cost B-SDP 0.16
+# nats against its tuned rate but DDP 0.04 at 300 steps: its two arms, DDP and B-SDP at C = 0.5 FLOP-matched, tuned on
+# seed 0 over LR_GRID at 600 steps (a rate is tuned at the horizon it is judged at), then judged on TUNED_SEEDS; two
+# plans, each under the 90 minutes a plan may take. LONG_TUNED holds the tune-long winners once they are committed
+LONG_TUNED: dict[str, float | None] = {"ddp": None, "b-sdp C=0.5": None}
 # Backward against forward masking at C = 3/8 (issue 26 item 6) on a CPU: llama-tiny-8l, so that each of 8 gloo
 # workers holds 3 whole blocks and every block has 3 holders, on the quality preset's corpus under its schedule
 # rule, equal tokens; small-scale evidence for sdp-backward-masking-sparse-cpu (the paper's llama-1b needs GPUs).
@@ -334,6 +342,30 @@ def _tuned() -> list[RunConfig]:
     return tuned_runs(arms, LR_TUNED, tune_key, TUNED_SEEDS, "python -m suite reproduce sdp --preset tune")
 
 
+def _long_arms() -> list[RunConfig]:
+    """Seed 0 of the arms LONG_TUNED names at the longer budget of QUALITY_STEPS."""
+    steps = max(QUALITY_STEPS)
+    arms = _quality_arms({**QUALITY, **QUALITY_SCHEDULE.settings(steps)}, SMOKE_WORKERS, steps, (0,))
+    return [cfg for cfg in arms if tune_key(cfg) in LONG_TUNED]
+
+
+def _tune_long() -> list[RunConfig]:
+    """The long arms at every rate of LR_GRID."""
+    return lr_sweep(_long_arms(), LR_GRID, LR_SWEEP)
+
+
+def _tuned_long() -> list[RunConfig]:
+    """The long arms, each at its LONG_TUNED rate, on TUNED_SEEDS."""
+    return tuned_runs(
+        _long_arms(),
+        LONG_TUNED,
+        tune_key,
+        TUNED_SEEDS,
+        "python -m suite reproduce sdp --preset tune-long",
+        "LONG_TUNED",
+    )
+
+
 def _masking() -> list[RunConfig]:
     """b-sdp and bb-sdp at C = 3/8 on MASKING_WORKERS gloo workers, SDP_SEEDS seeds each, equal tokens; and bb-sdp
     at b-sdp's FLOPs (each worker's forward runs its held blocks only under b-sdp, every block under bb-sdp)."""
@@ -443,6 +475,8 @@ PRESETS = {
     "quality": _quality,
     "tune": _tune,
     "tuned": _tuned,
+    "tune-long": _tune_long,
+    "tuned-long": _tuned_long,
     "masking": _masking,
     "eight": _eight,
     "calibrate": list,
@@ -457,15 +491,18 @@ def plan(preset: str) -> Plan:
         notes.append("no CIFAR_ROOT: the ResNet-18 and Swin-T CIFAR arms are skipped, their cards stay untested")
     if preset in ("smoke", "quality", "masking", "eight") and len(_seeds(3)) < 3:
         notes.append(f"{len(_seeds(3))} seed(s) per quality arm: the quality cards need 3 (SDP_SEEDS=3)")
-    if preset in ("quality", "tune", "tuned"):
+    if preset in ("quality", "tune", "tuned", "tune-long", "tuned-long"):
         notes.append(f"estimated wall time {quality_wall_s(runs) / 60:.0f} minutes on 2 quiet cores (not measured)")
     if preset == "eight":
         notes.append(f"estimated wall time {eight_wall_s(runs) / 60:.0f} minutes on 2 quiet cores (not measured)")
-    if preset == "tune":
+    if preset in ("tune", "tune-long"):
         notes.append(
             f"a learning-rate sweep filed as {LR_SWEEP}: suite.judge.sweeps.sweep_winners picks each arm's rate"
         )
-    tuned = ", each arm at its learning rate tuned on seed 0 (LR_TUNED)" if preset == "tuned" else ""
+    tuned = {
+        "tuned": ", each arm at its learning rate tuned on seed 0 (LR_TUNED)",
+        "tuned-long": ", each arm at its learning rate tuned on seed 0 at the longer budget (LONG_TUNED)",
+    }.get(preset, "")
     return Plan(
         preset,
         runs,

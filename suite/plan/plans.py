@@ -99,15 +99,16 @@ def tuned_runs(
     key: Callable[[RunConfig], str],
     seeds: tuple[int, ...],
     tune: str,
+    table: str = "LR_TUNED",
 ) -> list[RunConfig]:
     """Every arm at its tuned rate (`rates[key(cfg)]`, a winner of suite.judge.sweeps) on each of `seeds`, which exclude
     the tune's seed 0 (AlgoPerf's rule: tuned on one seed, reported on others). ValueError (one line) naming the
-    tune to run first (`tune`, a command) while a rate is unset."""
+    tune to run first (`tune`, a command) and the plan's `table` of rates while a rate is unset."""
     unset = sorted({str(key(cfg)) for cfg in arms if rates.get(key(cfg)) is None})
     if unset:
         raise ValueError(
             f"no tuned learning rate for {', '.join(unset)}: run `{tune}`, commit its records and set the plan's "
-            "LR_TUNED to the winners suite.judge.sweeps.sweep_winners picks"
+            f"{table} to the winners suite.judge.sweeps.sweep_winners picks"
         )
     return [replace(cfg, lr=rates[key(cfg)], seed=s, variant=dict(cfg.variant)) for s in seeds for cfg in arms]
 
