@@ -41,6 +41,7 @@ from pathlib import Path
 import torch
 
 from suite.config import RunConfig
+from suite.plan import one_gpu
 from suite.plan.plans import Estimate, Plan, Schedule, StepCost, estimated_wall_s, lr_sweep, tuned_runs
 
 F = 8  # the paper's configs
@@ -112,6 +113,15 @@ SHAPE_ARMS = [("fsdp", {}), ("fl-fsdp", {"F": F, "G": 1})]
 # FSDP's; and a run's set-up and ending, 40 s (an FSDP run's wall less its steps and evaluation)
 SHAPE_COSTS = {"fsdp": StepCost(13.85, 15.1), "fl-fsdp": StepCost(11.36, 15.1)}
 SHAPE_RUN_S = 40.0
+# Fewer than 4 GPUs (issue 43 item 5): the gpu preset runs the shape preset's 128 workers emulated on the first device
+# (suite/plan/one_gpu.py), in bf16, at the largest model of this ladder whose 128 replicas fit its memory and whose
+# runs fit 10 minutes by the steps it measures first
+ONE_GPU_LADDER = ("llama-tiny", "llama-tiny-8l", "llama-50m")
+_ONE_GPU_NOTE = (
+    "fewer than 4 GPUs: the shape preset's arms (cards fl-perplexity-fsdp-shape, fl-train-perplexity-fsdp-shape) on "
+    "128 emulated workers of one device in bf16, at the largest model that fits its memory and 10 minutes by the "
+    "steps measured here"
+)
 TOPOLOGY, GPUS_PER_NODE = "4xA100-nvlink-4x200gbIB", 4
 
 
@@ -184,9 +194,9 @@ def _tuned() -> list[RunConfig]:
     return tuned_runs(arms_, LR_TUNED, lambda cfg: cfg.method, TUNED_SEEDS, tune)
 
 
-def _shape() -> list[RunConfig]:
+def _shape(model: str = SHAPE["model"]) -> list[RunConfig]:
     """The paper's FL+FSDP shape against FSDP (SHAPE), FL_FSDP_SEEDS seeds (default 3)."""
-    common = {**SHAPE, **QUALITY_SCHEDULE.settings(PAPER_STEPS)}
+    common = {**SHAPE, **QUALITY_SCHEDULE.settings(PAPER_STEPS), "model": model}
     return _runs(common, SHAPE_GROUPS, PAPER_STEPS, SHAPE_ARMS, range(_env("FL_FSDP_SEEDS", 3)))
 
 
@@ -289,9 +299,13 @@ LOSS_ONLY = ("quality", "tune", "tuned", "shape")  # presets that measure loss o
 
 
 def plan(preset: str) -> Plan:
-    runs = PRESETS[preset]()
-    estimates = [] if preset in LOSS_ONLY else _estimates()
     notes = [{"tune": _TUNE_NOTE, "tuned": _TUNED_NOTE}.get(preset, _PAPER_NOTE)]
+    if preset == "gpu" and 0 < torch.cuda.device_count() < 4:
+        runs, sizes = one_gpu.fit(_shape, ONE_GPU_LADDER)
+        notes += [_ONE_GPU_NOTE, *sizes]
+    else:
+        runs = PRESETS[preset]()
+    estimates = [] if preset in LOSS_ONLY else _estimates()
     if estimates:
         notes.append(
             "paper-scale ledgers are estimated (fake tensors) and projected (suite/sim): simulated, never a verdict"

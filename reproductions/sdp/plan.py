@@ -45,6 +45,7 @@ from reproductions.sdp.masks import held_count
 from suite.config import RunConfig
 from suite.meters.flops import FlopMeter
 from suite.models import build_model, model_config
+from suite.plan import one_gpu
 from suite.plan.plans import Estimate, Plan, Schedule, StepCost, estimated_wall_s, lr_sweep, tuned_runs
 
 # Every language arm follows one learning-rate schedule: warmup, then cosine over its own budget (an arm that is
@@ -102,6 +103,14 @@ MASKING_STEPS, MASKING_WORKERS, MASKING_C = 300, 8, 0.375
 # and 2,048 tokens a step (8 workers x 2 x 128), at its shorter budget
 EIGHT = {**QUALITY, "model": "llama-tiny-16l", "micro_batch": 2, "emulate": True}
 EIGHT_WORKERS, EIGHT_STEPS, EIGHT_C = 8, 300, 0.69
+# One GPU (issue 43 item 5): the gpu preset on a single device runs the eight preset's workers emulated there
+# (suite/plan/one_gpu.py), in bf16, at the largest model of this ladder whose 8 replicas fit its memory and whose runs
+# fit 10 minutes by the steps it measures first
+ONE_GPU_LADDER = ("llama-tiny-16l", "llama-134m", "llama-500m")
+_ONE_GPU_NOTE = (
+    "one GPU: the eight preset's arms (card sdp-1b-val-loss-eight) on 8 emulated workers of this device in bf16, at "
+    "the largest model that fits its memory and 10 minutes by the steps measured here"
+)
 # Wall seconds per step and per evaluation of its arms, measured with `run --emulate` on 2 cores (load 1.6; 20 steps,
 # median step): DDP 1.834 and 0.98, B-SDP at C = 0.69 1.357 and 1.06
 EIGHT_COSTS = {None: StepCost(1.834, 0.98), EIGHT_C: StepCost(1.357, 1.06)}
@@ -380,9 +389,9 @@ def _masking() -> list[RunConfig]:
     ]
 
 
-def _eight() -> list[RunConfig]:
+def _eight(model: str = EIGHT["model"]) -> list[RunConfig]:
     """DDP at equal steps and B-SDP at C = EIGHT_C FLOP-matched, EIGHT_WORKERS emulated workers, SDP_SEEDS seeds."""
-    common = {**EIGHT, **QUALITY_SCHEDULE.settings(EIGHT_STEPS)}
+    common = {**EIGHT, **QUALITY_SCHEDULE.settings(EIGHT_STEPS), "model": model}
     equal, matched = _budgets(common, EIGHT_WORKERS, EIGHT_STEPS)
     arms = (("ddp", {}, equal), ("b-sdp", {"C": EIGHT_C}, matched))
     return [
@@ -484,9 +493,13 @@ PRESETS = {
 
 
 def plan(preset: str) -> Plan:
-    runs = PRESETS[preset]()
-    estimates = {"smoke": _estimates, "calibrate": _calibration}.get(preset, list)()
     notes = []
+    if preset == "gpu" and torch.cuda.device_count() == 1:
+        runs, sizes = one_gpu.fit(_eight, ONE_GPU_LADDER)
+        notes += [_ONE_GPU_NOTE, *sizes]
+    else:
+        runs = PRESETS[preset]()
+    estimates = {"smoke": _estimates, "calibrate": _calibration}.get(preset, list)()
     if preset == "gpu" and not os.environ.get("CIFAR_ROOT"):
         notes.append("no CIFAR_ROOT: the ResNet-18 and Swin-T CIFAR arms are skipped, their cards stay untested")
     if preset in ("smoke", "quality", "masking", "eight") and len(_seeds(3)) < 3:
