@@ -1,0 +1,73 @@
+"""Trend findings along a claim's axis (suite/judge/trends.py): a planted line is recovered with its direction
+relative to the paper's claim, a flat effect reads flat, the word follows the claim's side, and a projection is
+drawn only from 3 points or more on a line that fits."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from suite.judge.trends import AWAY, FLAT, TOWARD, Point, trend
+
+AXIS = (2, 8, 32, 128)
+SPREAD = (-0.01, 0.0, 0.01)  # each arm's seeds around its mean: a standard error of 0.0058 per arm
+
+
+def _points(favour, xs=AXIS, base: float = 2.0) -> list[Point]:
+    """Points whose method beats the baseline by favour(x) nats (lower is better)."""
+    return [Point(x, [base - favour(x) + s for s in SPREAD], [base + s for s in SPREAD]) for x in xs]
+
+
+@settings(deadline=None)  # the first example imports scipy
+@given(intercept=st.floats(-0.5, 0.5), slope=st.floats(-0.2, 0.2))
+def test_a_planted_line_is_recovered_with_its_direction_and_projection(intercept, slope):
+    found = trend(_points(lambda x: intercept + slope * math.log2(x)), "lower", paper_x=512)
+    assert found.slope == pytest.approx(slope, abs=1e-9) and found.fit_holds
+    assert found.slope_low <= slope <= found.slope_high
+    expected = FLAT if found.slope_low <= 0 <= found.slope_high else TOWARD if slope > 0 else AWAY
+    assert found.word == expected
+    assert abs(slope) < 0.01 or found.word == (TOWARD if slope > 0 else AWAY)  # 0.01 a doubling is far beyond noise
+    assert found.projection.label == "extrapolated"
+    assert found.projection.value == pytest.approx(intercept + slope * 9, abs=1e-9)
+    assert found.projection.low < found.projection.value < found.projection.high
+
+
+@settings(deadline=None)  # the first example imports scipy
+@given(level=st.floats(-0.5, 0.5))
+def test_an_effect_that_does_not_move_is_flat(level):
+    assert trend(_points(lambda x: level), "lower", paper_x=512).word == FLAT
+
+
+def test_the_word_follows_the_claims_side_and_where_the_paper_sits():
+    growing = _points(lambda x: 0.05 * math.log2(x))
+    assert trend(growing, "lower", paper_x=512).word == TOWARD
+    assert trend(growing, "higher", paper_x=512).word == AWAY  # higher is better: the method falls behind
+    assert trend(growing, "lower", paper_x=1).word == AWAY  # the paper's setting lies below the points
+
+
+@settings(deadline=None)  # the first example imports scipy
+@given(scale=st.sampled_from([0.25, 3.0, 100.0]))
+def test_the_slope_is_per_doubling_whatever_the_axis_unit(scale):
+    line = lambda x: 0.03 * math.log2(x)  # noqa: E731
+    plain = trend(_points(line), "lower")
+    scaled = trend([Point(p.x * scale, p.method, p.baseline) for p in _points(line)], "lower")
+    assert scaled.slope == pytest.approx(plain.slope) and scaled.word == plain.word
+
+
+def test_no_projection_from_two_points_or_from_a_line_that_does_not_fit():
+    assert trend(_points(lambda x: 0.05 * math.log2(x), xs=(2, 8)), "lower", paper_x=512).projection is None
+    bent = trend(_points(lambda x: 0.3 if x in (2, 128) else 0.0), "lower", paper_x=512)
+    straight = trend(_points(lambda x: 0.0), "lower", paper_x=512)
+    assert not bent.fit_holds and bent.projection is None
+    # the slope's interval widens by the misfit, beyond what the seeds alone give
+    assert bent.slope_high - bent.slope_low > 5 * (straight.slope_high - straight.slope_low)
+
+
+def test_too_few_seeds_or_points_is_a_one_line_error():
+    with pytest.raises(ValueError, match="needs 2 seeds or more per arm"):
+        trend([Point(2, [1.0], [1.0, 1.1]), Point(4, [1.0, 1.1], [1.0, 1.1])], "lower")
+    with pytest.raises(ValueError, match="2 or more distinct points"):
+        trend(_points(lambda x: 0.1, xs=(8, 8)), "lower")
