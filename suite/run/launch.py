@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -57,8 +58,9 @@ def _emulated(cfg: RunConfig) -> Path:
     from suite.run.emulate import WorkerFailed, run_threads
     from suite.run.train import train
 
+    since = time.time()  # the workers start now, in a process that may have run a plan's earlier runs
     try:
-        run_threads(cfg, train)
+        run_threads(cfg, lambda worker_cfg: train(worker_cfg, since=since))
     except WorkerFailed as err:
         _mark_failed(cfg, str(err))
     finally:
