@@ -114,3 +114,21 @@ def test_the_shape_preset_runs_the_papers_configuration_on_emulated_workers():
 
 def test_the_shape_preset_fits_90_minutes_on_2_cores():
     assert fl_plan.shape_wall_s(load_plan("fl-fsdp", "shape").runs) < 90 * 60
+
+
+def test_the_trend_preset_runs_the_shapes_comparison_at_fewer_groups_under_90_minutes():
+    """Issue 44: the shape's arms, settings and steps at 2, 8 and 32 groups (its 128 is the shape preset), each at the
+    global batch its groups make; the shape cards read them along the world size."""
+    shape, trend = load_plan("fl-fsdp", "shape").runs, load_plan("fl-fsdp", "trend").runs
+
+    def same(cfg):
+        return (cfg.method, str(cfg.variant), cfg.micro_batch, cfg.seq_len, cfg.lr, cfg.warmup_steps, cfg.seed)
+
+    assert {c.nproc for c in trend} == set(fl_plan.TREND_GROUPS) == {2, 8, 32}
+    assert {same(c) for c in trend} == {same(c) for c in shape}
+    assert all(c.tokens == 64 * c.nproc * c.micro_batch * c.seq_len and c.emulate for c in trend)
+    assert fl_plan.trend_wall_s(trend) < 90 * 60
+    cards = [c for c in claims_for("fl-fsdp") if c.trend]
+    assert {c.id for c in cards} == {"fl-perplexity-fsdp-shape", "fl-train-perplexity-fsdp-shape"}
+    assert {c.trend.command for c in cards} == {"python -m suite reproduce fl-fsdp --preset trend"}
+    assert {c.trend.paper for c in cards} == {fl_plan.SHAPE_GROUPS}

@@ -5,12 +5,16 @@ drawn only from 3 points or more on a line that fits."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from suite.errors import ClaimsError
+from suite.judge.claims import Claim, parse_claim
 from suite.judge.trends import AWAY, FLAT, TOWARD, Point, trend
+from tests.report_fixtures import make_record
 
 AXIS = (2, 8, 32, 128)
 SPREAD = (-0.01, 0.0, 0.01)  # each arm's seeds around its mean: a standard error of 0.0058 per arm
@@ -71,3 +75,64 @@ def test_too_few_seeds_or_points_is_a_one_line_error():
         trend([Point(2, [1.0], [1.0, 1.1]), Point(4, [1.0, 1.1], [1.0, 1.1])], "lower")
     with pytest.raises(ValueError, match="2 or more distinct points"):
         trend(_points(lambda x: 0.1, xs=(8, 8)), "lower")
+
+
+def _card(trend: dict | None) -> Claim:
+    side = {"world_size": 32}
+    entry = {
+        "id": "fl-trend",
+        "statement": "FL's loss against FSDP's, and how the gap moves with the groups",
+        "unit": "nats",
+        "source": {"paper": "a paper"},
+        "source_status": "none",
+        "kind": "quality",
+        "better": "lower",
+        "metric": {
+            "name": "quality",
+            "field": "final_val_loss",
+            "method": "fl-fsdp",
+            "baseline": "fsdp",
+            "arm": side,
+            "baseline_arm": side,
+        },
+        "test": "superiority",
+        "margin": {"value": 0.0, "source": "strict"},
+        "plateau": {"change": 1.0, "source": "synthetic runs of 8 steps"},
+        "command": "python -m suite reproduce harness",
+    }
+    return parse_claim({**entry, **({"trend": trend} if trend else {})}, "test")
+
+
+def test_a_card_reads_its_trend_from_the_runs_along_its_axis_and_judges_at_its_own_point():
+    """Records at 2, 8 and 32 workers whose method gains 0.1 nats a doubling: the card's verdict reads its own 32
+    workers only; its trend reads every point and finds the gain, toward the paper's 128."""
+    from suite.judge.verdicts import claim_frame, evaluate
+
+    records = [
+        make_record(m, s, world_size=w, quality=-0.1 * math.log2(w) if m == "fl-fsdp" else 0.0, baseline=m == "fsdp")
+        for w in (2, 8, 32)
+        for m in ("fl-fsdp", "fsdp")
+        for s in range(3)
+    ]
+    spec = {"axis": "world_size", "paper": 128, "source": "the paper's groups", "command": "python -m suite x"}
+    verdict = evaluate(_card(spec), claim_frame(records))
+    assert verdict.n_seeds == 3 and verdict.verdict == "measured, no paper value"
+    found = verdict.trend
+    assert [e["x"] for e in found["effects"]] == [2, 8, 32] and found["word"] == TOWARD
+    assert found["slope"] == pytest.approx(0.1, abs=0.02) and found["projection"]["label"] == "extrapolated"
+    assert evaluate(_card(None), claim_frame(records)).trend is None
+    one_point = [r for r in records if r["parallel"]["world_size"] == 32]
+    assert evaluate(_card(spec), claim_frame(one_point)).trend["reason"].startswith("points with 2 seeds a side at 32")
+
+
+@pytest.mark.parametrize(
+    "trend, message",
+    [
+        ({"axis": "depth", "paper": 16, "source": "s", "command": "c"}, "trend.axis"),
+        ({"axis": "blocks", "paper": 0, "source": "s", "command": "c"}, "trend.paper"),
+        ({"axis": "blocks", "paper": 16, "source": "s"}, "expected {axis, paper, source, command}"),
+    ],
+)
+def test_a_bad_trend_on_a_card_is_refused_naming_the_field(trend, message):
+    with pytest.raises(ClaimsError, match=re.escape(message)):
+        _card(trend)

@@ -106,6 +106,9 @@ SHAPE = {
     "emulate": True,
 }
 SHAPE_ARMS = [("fsdp", {}), ("fl-fsdp", {"F": F, "G": 1})]
+# Trend preset (issue 44): the shape's comparison at fewer groups, the axis its mechanism depends on (a batch per
+# replica K times smaller than FSDP's), so that the cards read which way the gap moves as K grows to the paper's 128
+TREND_GROUPS = (2, 8, 32)
 # Wall seconds of a step of 128 emulated workers and of one evaluation by all of them at the shape, measured with
 # `run --emulate` on 2 cores at load 0.7-1.5: FSDP 13.09 and 14.60 s a timed step in two 4-step runs (their mean) and
 # 15.1 s an evaluation; FL+FSDP's unwrapped groups of one 11.36 s a step (a 16-step run's wall less an 8-step run's,
@@ -200,6 +203,24 @@ def _shape(model: str = SHAPE["model"]) -> list[RunConfig]:
     return _runs(common, SHAPE_GROUPS, PAPER_STEPS, SHAPE_ARMS, range(_env("FL_FSDP_SEEDS", 3)))
 
 
+def _trend() -> list[RunConfig]:
+    """The shape preset's comparison at TREND_GROUPS groups (its 128 is the shape preset), FL_FSDP_SEEDS seeds."""
+    common = {**SHAPE, **QUALITY_SCHEDULE.settings(PAPER_STEPS)}
+    seeds = range(_env("FL_FSDP_SEEDS", 3))
+    return [cfg for groups in TREND_GROUPS for cfg in _runs(common, groups, PAPER_STEPS, SHAPE_ARMS, seeds)]
+
+
+def trend_wall_s(runs: list[RunConfig]) -> float:
+    """Estimated wall seconds of the trend preset on 2 quiet cores: SHAPE_COSTS scaled by the workers a step computes
+    (128 workers cost more each than fewer do: an upper bound; not measured)."""
+    items = []
+    for cfg in runs:
+        cost, share = SHAPE_COSTS[cfg.method], cfg.nproc / SHAPE_GROUPS
+        steps = cfg.tokens // (cfg.nproc * cfg.micro_batch * cfg.seq_len)
+        items.append((StepCost(cost.step_s * share, cost.eval_s * share), steps, steps // cfg.eval_every))
+    return estimated_wall_s(items, per_run_s=SHAPE_RUN_S)
+
+
 def shape_wall_s(runs: list[RunConfig]) -> float:
     """Estimated wall seconds of the shape preset on 2 quiet cores: each arm's steps and evaluations at SHAPE_COSTS
     (not measured)."""
@@ -281,6 +302,10 @@ _SHAPE_NOTE = (
     f"the paper's shape on emulated workers (docs/emulation.md): {SHAPE_GROUPS} groups of one worker standing for "
     f"{SHAPE_RANKS_PER_GROUP} ranks' batch, against FSDP over the same global batch; llama-tiny, a small-scale finding"
 )
+_TREND_NOTE = (
+    f"the shape preset's comparison at {', '.join(map(str, TREND_GROUPS))} groups of one emulated worker "
+    f"(docs/emulation.md), for the shape cards' trend along the groups toward the paper's {SHAPE_GROUPS}; llama-tiny"
+)
 _PROTOCOLS = {
     "tune": "equal tokens, the same schedule and micro-batch per rank; every arm at every rate of one grid",
     "tuned": "equal tokens, the same schedule and micro-batch per rank; each arm at its rate tuned on seed 0",
@@ -293,9 +318,10 @@ PRESETS = {
     "tuned": _tuned,
     "shape": _shape,
     "gpu": _gpu,
+    "trend": _trend,
     "paper": _paper,
 }
-LOSS_ONLY = ("quality", "tune", "tuned", "shape")  # presets that measure loss only: no estimates
+LOSS_ONLY = ("quality", "tune", "tuned", "shape", "trend")  # presets that measure loss only: no estimates
 
 
 def plan(preset: str) -> Plan:
@@ -315,10 +341,12 @@ def plan(preset: str) -> Plan:
     if preset == "smoke":
         notes.append(f"estimated wall time {smoke_wall_s(runs) / 60:.1f} minutes on 2 quiet cores (not measured)")
     if preset in LOSS_ONLY:
-        wall_s = shape_wall_s(runs) if preset == "shape" else quality_wall_s(runs)
+        wall_s = {"shape": shape_wall_s, "trend": trend_wall_s}.get(preset, quality_wall_s)(runs)
         notes.append(f"estimated wall time {wall_s / 60:.0f} minutes on 2 quiet cores (not measured)")
     if preset == "shape":
         notes.append(_SHAPE_NOTE)
+    if preset == "trend":
+        notes.append(_TREND_NOTE)
     return Plan(
         preset,
         runs,

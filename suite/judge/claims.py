@@ -32,6 +32,7 @@ The verdict itself is suite/judge/verdicts.py. claims.yaml is a list of claims (
       workers: {min: 8, source: secondary summary, unverified}
       device: {is: cuda, source: peak GPU memory}
       protocol: {paper: "...", here: "...", source: "..."}   # `here`: the card judges another protocol
+    trend: {axis: world_size, paper: 128, source: "...", command: python -m suite reproduce fl-fsdp --preset trend}
 
 Quality claims compare the method's seeds with the baseline's instead of a band:
     test: equivalence            # "equal": two one-sided tests; non-inferiority: "equal or better";
@@ -57,6 +58,10 @@ parameters, at least), `workers` (the world size, at least), `groups` (federatio
 paper's regime). A property the paper states for any size says so with `any_scale: {because, source}`. Only
 records inside every checked entry may say reproduced, exceeded or fell short; the rest give a small-scale finding
 (suite/judge/verdicts.py SMALL_SCALE).
+
+`trend` (quality cards) names the axis the paper's mechanism depends on (TREND_AXES), where the paper sits on it, and
+the plan that measures the card's comparison at points along it: the card's sides with their pin on the axis lifted
+give a point at each value, and suite/judge/trends.py says which way the effect moves toward the paper's setting.
 """
 
 from __future__ import annotations
@@ -110,7 +115,11 @@ _FIELDS = {
     "command",
     "requires_claims",
     "regime",
+    "trend",
 }
+# the axes a trend runs along (suite/judge/trends.py): the world size (workers or groups, one a worker at the
+# paper's shape), or the model's blocks or width
+TREND_AXES = ("world_size", "blocks", "width")
 # a regime's entries: checked against the deciding records (the number's comparison and the record column it reads)
 REGIME_CHECKED = {"params": "min", "workers": "min", "groups": "min", "device": "is", "gpu": "is"}
 REGIME_STATED = ("rank", "data", "hardware")
@@ -215,6 +224,16 @@ class Regime:
 
 
 @dataclass(frozen=True)
+class TrendAxis:
+    """Where a card's comparison is measured along its mechanism's axis (claims.yaml `trend`)."""
+
+    axis: str
+    paper: float
+    source: str
+    command: str
+
+
+@dataclass(frozen=True)
 class Claim:
     id: str
     statement: str
@@ -242,6 +261,7 @@ class Claim:
     baseline_protocol: str | None = None
     requires_claims: tuple[str, ...] = ()  # the other halves of a compound claim (their ids)
     regime: Regime | None = None  # where the paper's number lives: None for derived cards and those with no value
+    trend: TrendAxis | None = None  # quality cards: the axis their comparison is also measured along
 
     @property
     def derived(self) -> bool:
@@ -458,7 +478,25 @@ def parse_claim(entry: Any, where: str) -> Claim:
         baseline_protocol=baseline_protocol,
         requires_claims=requires_claims,
         regime=_regime(e, paper_value, what_would_test),
+        trend=_trend(e, kind),
     )
+
+
+def _trend(e: _Entry, kind: str) -> TrendAxis | None:
+    spec = e.get("trend", dict, None)
+    if spec is None:
+        return None
+    if kind != "quality":
+        raise e.error("trend", "a trend is read from a quality comparison's seeds; this card is not kind: quality")
+    if set(spec) != {"axis", "paper", "source", "command"}:
+        raise e.error("trend", f"expected {{axis, paper, source, command}}, found {_short(sorted(spec, key=str))}")
+    if spec["axis"] not in TREND_AXES:
+        raise e.error("trend.axis", f"{_short(spec['axis'])} is not one of {list(TREND_AXES)}")
+    if not _finite(spec["paper"]) or spec["paper"] <= 0:
+        raise e.error("trend.paper", f"the paper's place on the axis, a number > 0; found {_short(spec['paper'])}")
+    if not all(isinstance(spec[k], str) and spec[k].strip() for k in ("source", "command")):
+        raise e.error("trend", "say where the paper's place comes from (source) and which plan measures the points")
+    return TrendAxis(spec["axis"], float(spec["paper"]), spec["source"], spec["command"])
 
 
 def _regime(e: _Entry, paper_value: Any, what_would_test: str) -> Regime | None:

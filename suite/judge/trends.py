@@ -18,9 +18,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 import numpy as np
+import pandas as pd
+
+from suite.judge.metrics import one_arm
+from suite.judge.sides import Side, Sides
 
 ALPHA = 0.05
 TOWARD, AWAY, FLAT = "moves toward the paper's claim", "moves away from the paper's claim", "flat within noise"
@@ -121,3 +126,52 @@ def trend(points: Sequence[Point], better: str, paper_x: float | None = None) ->
         spread = z * math.sqrt(1 / float(np.sum(w)) + (px - xbar) ** 2 / sxx)
         projection = Projection(paper_x, value, value - spread, value + spread)
     return Trend(effects, slope, slope - half, slope + half, holds, word, projection)
+
+
+def _axis_value(axis: str, row: pd.Series) -> float:
+    """A summary row's place on `axis` (suite.judge.claims.TREND_AXES)."""
+    if axis == "world_size":
+        return float(row["world_size"])
+    from suite.models import model_config
+
+    return float(model_config(row["model"])["n_layers" if axis == "blocks" else "dim"])
+
+
+def _lifted(side: Side, axis: str) -> Side:
+    """The side with its pin on the axis lifted: every value of the axis, the rest of the arm as the card names it."""
+    if axis != "world_size":
+        return replace(side, model=None)
+    arm = {k: v for k, v in (side.arm or {}).items() if k != "world_size"}
+    return replace(side, arm=arm or None)
+
+
+def _seeds(rows: pd.DataFrame, field: str) -> list[float]:
+    values = pd.to_numeric(rows[field], errors="coerce").groupby(rows["seed"]).mean().dropna()
+    return [float(v) for v in values if math.isfinite(v)]
+
+
+def trend_of(claim: Any, rows: pd.DataFrame) -> dict[str, Any] | None:
+    """The trend finding of a card with a `trend` axis (suite.judge.claims.TrendAxis) over its complete runs `rows`
+    (the summary rows a verdict selects from), as plain data for the verdict; None for a card without one. Points
+    need 2 seeds per side; fewer than 2 points give the reason instead of a finding."""
+    spec = claim.trend
+    if spec is None:
+        return None
+    sides = Sides.of(claim.metric)
+    field = claim.metric["field"]
+    mine, theirs = (_lifted(side, spec.axis).rows(rows) for side in (sides.mine, sides.theirs))
+    points = []
+    for x in sorted({_axis_value(spec.axis, r) for _, r in mine.iterrows()}):
+        a = mine[mine.apply(lambda r, x=x: _axis_value(spec.axis, r) == x, axis=1)]
+        b = theirs[theirs.apply(lambda r, x=x: _axis_value(spec.axis, r) == x, axis=1)] if len(theirs) else theirs
+        one_arm(a, f"the method's side at {spec.axis} {x:g}")
+        one_arm(b, f"the baseline's side at {spec.axis} {x:g}")
+        method, baseline = _seeds(a, field), _seeds(b, field)
+        if len(method) >= 2 and len(baseline) >= 2:
+            points.append(Point(x, method, baseline))
+    out: dict[str, Any] = {"axis": spec.axis, "paper": spec.paper, "source": spec.source, "command": spec.command}
+    if len({p.x for p in points}) < 2:
+        have = ", ".join(f"{p.x:g}" for p in points) or "none"
+        return {**out, "word": None, "reason": f"points with 2 seeds a side at {have}; a trend needs 2 or more"}
+    found = trend(points, claim.better, spec.paper)
+    return {**out, **asdict(found), "reason": ""}

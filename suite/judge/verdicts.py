@@ -33,6 +33,7 @@ from suite.judge.claims import Claim, ClaimsError
 from suite.judge.metrics import READS_DIVERGED, Samples, _per_seed, apply_metric, side
 from suite.judge.regime import outside_regime, regime_rows, scale_words
 from suite.judge.sides import SETTING_KEYS, Sides
+from suite.judge.trends import trend_of
 from suite.records import FINISHED
 
 ALPHA = 0.05
@@ -132,6 +133,7 @@ class Verdict:
     outside: str = ""  # why the deciding records lie outside it ('' inside, or with no regime)
     at: str = ""  # the deciding records' scale in a few words, shown beside the word wherever it is shown
     paper_verdict: str = ""  # the verdict on the paper's claim: the word itself inside the regime
+    trend: dict[str, Any] | None = None  # the card's comparison along its axis (suite/judge/trends.py trend_of)
 
     @property
     def small_scale(self) -> bool:
@@ -265,7 +267,16 @@ def _eval_value(v: Any) -> float | None:
 
 
 def evaluate(claim: Claim, df: pd.DataFrame) -> Verdict:
-    """The verdict on `claim` from the summary rows `df` (see claim_frame) of its reproduction."""
+    """The verdict on `claim` from the summary rows `df` (see claim_frame) of its reproduction, with the trend of its
+    comparison along its axis where the card names one (suite/judge/trends.py: measured runs only)."""
+    verdict = _evaluate(claim, df)
+    if claim.trend is None:
+        return verdict
+    rows = _measured_candidates(claim, _selected(claim, df))
+    return replace(verdict, trend=trend_of(claim, rows[rows["provenance"] == "measured"] if len(rows) else rows))
+
+
+def _evaluate(claim: Claim, df: pd.DataFrame) -> Verdict:
     rows = _selected(claim, df)
     shown = (*_beside(claim, rows), *_projection(claim, rows))
     env = Environment.of(df)
@@ -890,13 +901,20 @@ def verdict_rows(records: list[dict]) -> list[dict[str, Any]]:
     return rows
 
 
+def trend_words(trend: dict[str, Any] | None) -> str:
+    """'; TREND along AXIS' beside a word, where the card has a trend finding (suite/judge/trends.py)."""
+    if not trend or not trend.get("word"):
+        return ""
+    return f"; {trend['word']} along {trend['axis'].replace('_', ' ')}"
+
+
 def verdict_table(rows: list[dict[str, Any]]) -> str:
     """The rows as a plain-text table for a terminal: claim, verdict, value, band, evidence, runs."""
     head = ("claim", "verdict", "value", "band or test", "evidence", "runs", "records")
     body = [
         (
             r["claim"],
-            r["word_at"],
+            r["word_at"] + trend_words(r.get("trend")),
             "" if r["measured"] is None else f"{r['measured']:.4g}",
             r["band"],
             r["provenance"] or "",
