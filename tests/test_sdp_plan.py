@@ -237,3 +237,23 @@ def test_the_eight_preset_runs_the_1b_comparison_on_eight_emulated_workers_withi
     assert sorted(r.seed for r in plan.runs) == [0, 0, 1, 1, 2, 2]
     assert sdp_plan.eight_wall_s(plan.runs) < 90 * 60
     assert any("estimated wall time" in n for n in plan.notes)
+
+
+def test_the_trend_preset_runs_the_eight_comparison_on_shallower_models_for_its_cards_trend():
+    """Issue 44: the eight preset's arms, workers and steps at 4 and 8 blocks of llama-tiny's width (its 16 are the
+    eight preset), each FLOP-matched on its own model; the eight card reads them along the blocks, under 90 minutes."""
+    eight, trend = sdp_plan.plan("eight").runs, sdp_plan.plan("trend").runs
+
+    def same(cfg: RunConfig) -> tuple:
+        return cfg.method, str(cfg.variant), cfg.nproc, cfg.micro_batch, cfg.seq_len, cfg.lr, cfg.seed, cfg.emulate
+
+    assert {c.model for c in trend} == set(sdp_plan.TREND_MODELS) == {"llama-tiny", "llama-tiny-8l"}
+    assert {same(c) for c in trend} == {same(c) for c in eight}
+    for model in sdp_plan.TREND_MODELS:
+        ddp = next(c for c in trend if c.model == model and c.method == "ddp")
+        bsdp = next(c for c in trend if c.model == model and c.method == "b-sdp")
+        steps = ddp.tokens / (16 * 128)  # DDP's FLOPs over its steps, half a step short (_budgets)
+        assert bsdp.flops == pytest.approx(sdp_plan.step_flops(model, 16, 128) * (steps - 0.5))
+    assert sdp_plan.eight_wall_s(trend) < 90 * 60
+    (card,) = [c for c in claims_for("sdp") if c.trend]
+    assert (card.id, card.trend.axis, card.trend.paper) == ("sdp-1b-val-loss-eight", "blocks", 16)

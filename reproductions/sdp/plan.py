@@ -26,7 +26,8 @@ tune's budget. Tune-long and tuned-long (CPU; estimated 49 and 59 minutes, see q
 the longer budget for the arms of the 600-step card (DDP, B-SDP at C = 0.5 FLOP-matched), rates in LONG_TUNED. Masking
 (CPU, 8 gloo workers): b-sdp against bb-sdp at C = 3/8 on llama-tiny-8l, three seeds, the
 quality corpus and schedule rule. Eight (CPU, emulated workers; see EIGHT): B-SDP at C = 0.69 FLOP-matched against DDP
-at the paper's 8 workers on llama-tiny-16l, llama-1b's depth, three seeds (estimated in eight_wall_s).
+at the paper's 8 workers on llama-tiny-16l, llama-1b's depth, three seeds (estimated in eight_wall_s). Trend: the
+same at 4 and 8 blocks (TREND_MODELS), for that card's trend along the depth.
 Calibrate (CPU, about 12 minutes, written beside the smoke records): the 1B baselines over micro-batch and
 precision, and the method where they match the paper's absolute numbers. GPU: llama-134m on every visible GPU (at
 least 2), three seeds, and the CIFAR arms where CIFAR_ROOT holds the data. Paper: the paper's LLaMA runs on FineWeb
@@ -103,6 +104,10 @@ MASKING_STEPS, MASKING_WORKERS, MASKING_C = 300, 8, 0.375
 # and 2,048 tokens a step (8 workers x 2 x 128), at its shorter budget
 EIGHT = {**QUALITY, "model": "llama-tiny-16l", "micro_batch": 2, "emulate": True}
 EIGHT_WORKERS, EIGHT_STEPS, EIGHT_C = 8, 300, 0.69
+# Trend preset (issue 44): the eight preset's comparison at 4 and 8 blocks (llama-tiny and llama-tiny-8l, the same
+# width), so that its card reads which way the gap moves as the model deepens toward llama-1b's 16; C = 0.69 holds
+# 3 of 4, 6 of 8 and 11 of 16 blocks
+TREND_MODELS = ("llama-tiny", "llama-tiny-8l")
 # One GPU (issue 43 item 5): the gpu preset on a single device runs the eight preset's workers emulated there
 # (suite/plan/one_gpu.py), in bf16, at the largest model of this ladder whose 8 replicas fit its memory and whose runs
 # fit 10 minutes by the steps it measures first
@@ -401,9 +406,15 @@ def _eight(model: str = EIGHT["model"]) -> list[RunConfig]:
     ]
 
 
+def _trend() -> list[RunConfig]:
+    """The eight preset's comparison on the shallower models of TREND_MODELS (its 16 blocks are the eight preset)."""
+    return [cfg for model in TREND_MODELS for cfg in _eight(model)]
+
+
 def eight_wall_s(runs: list[RunConfig]) -> float:
-    """Estimated wall seconds of the eight preset on 2 quiet cores (EIGHT_COSTS; not measured): a FLOP-matched B-SDP
-    run takes DDP's FLOPs in steps of its forward-masked model (step_flops of its held blocks)."""
+    """Estimated wall seconds of the eight (or trend) preset on 2 quiet cores (EIGHT_COSTS, measured on
+    llama-tiny-16l, scaled to another model by its step FLOPs; not measured): a FLOP-matched B-SDP run takes DDP's
+    FLOPs in steps of its forward-masked model (step_flops of its held blocks)."""
     items = []
     for cfg in runs:
         c = cfg.variant.get("C")
@@ -414,7 +425,9 @@ def eight_wall_s(runs: list[RunConfig]) -> float:
             if cfg.tokens
             else cfg.flops / step_flops(cfg.model, sequences, cfg.seq_len, blocks=blocks)
         )
-        items.append((EIGHT_COSTS[c], steps, int(steps // cfg.eval_every)))
+        share = step_flops(cfg.model, sequences, cfg.seq_len) / step_flops(EIGHT["model"], sequences, cfg.seq_len)
+        cost = EIGHT_COSTS[c]
+        items.append((StepCost(cost.step_s * share, cost.eval_s * share), steps, int(steps // cfg.eval_every)))
     return estimated_wall_s(items)
 
 
@@ -488,6 +501,7 @@ PRESETS = {
     "tuned-long": _tuned_long,
     "masking": _masking,
     "eight": _eight,
+    "trend": _trend,
     "calibrate": list,
 }
 
@@ -502,11 +516,11 @@ def plan(preset: str) -> Plan:
     estimates = {"smoke": _estimates, "calibrate": _calibration}.get(preset, list)()
     if preset == "gpu" and not os.environ.get("CIFAR_ROOT"):
         notes.append("no CIFAR_ROOT: the ResNet-18 and Swin-T CIFAR arms are skipped, their cards stay untested")
-    if preset in ("smoke", "quality", "masking", "eight") and len(_seeds(3)) < 3:
+    if preset in ("smoke", "quality", "masking", "eight", "trend") and len(_seeds(3)) < 3:
         notes.append(f"{len(_seeds(3))} seed(s) per quality arm: the quality cards need 3 (SDP_SEEDS=3)")
     if preset in ("quality", "tune", "tuned", "tune-long", "tuned-long"):
         notes.append(f"estimated wall time {quality_wall_s(runs) / 60:.0f} minutes on 2 quiet cores (not measured)")
-    if preset == "eight":
+    if preset in ("eight", "trend"):
         notes.append(f"estimated wall time {eight_wall_s(runs) / 60:.0f} minutes on 2 quiet cores (not measured)")
     if preset in ("tune", "tune-long"):
         notes.append(
