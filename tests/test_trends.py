@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import asdict
 
 import pytest
 from hypothesis import given, settings
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from suite.errors import ClaimsError
 from suite.judge.claims import Claim, parse_claim
-from suite.judge.trends import AWAY, FLAT, TOWARD, Point, trend
+from suite.judge.trends import AWAY, FLAT, TOWARD, Point, describe, trend
 from tests.report_fixtures import make_record
 
 AXIS = (2, 8, 32, 128)
@@ -136,3 +137,21 @@ def test_a_card_reads_its_trend_from_the_runs_along_its_axis_and_judges_at_its_o
 def test_a_bad_trend_on_a_card_is_refused_naming_the_field(trend, message):
     with pytest.raises(ClaimsError, match=re.escape(message)):
         _card(trend)
+
+
+def test_a_trend_reads_in_one_line_with_its_points_slope_and_projection():
+    found = {
+        "axis": "world_size",
+        "command": "python -m suite reproduce x --preset trend",
+        "reason": "",
+        **asdict(trend(_points(lambda x: 0.05 * math.log2(x)), "lower", paper_x=128)),
+    }
+    text = describe(found, "nats")
+    assert text.startswith(f"{TOWARD} along world size (the method's advantage, nats, 95% intervals: 2: +0.05 [")
+    assert "slope +0.05 a doubling [" in text and "at the paper's 128: +0.35 [" in text
+    assert text.endswith("extrapolated)")
+    none = {**found, "word": None, "reason": "points with 2 seeds a side at 32; a trend needs 2 or more"}
+    assert describe(none, "nats") == (
+        "along world size: no finding yet (points with 2 seeds a side at 32; a trend needs 2 or more); "
+        "python -m suite reproduce x --preset trend measures the points"
+    )

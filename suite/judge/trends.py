@@ -175,3 +175,21 @@ def trend_of(claim: Any, rows: pd.DataFrame) -> dict[str, Any] | None:
         return {**out, "word": None, "reason": f"points with 2 seeds a side at {have}; a trend needs 2 or more"}
     found = trend(points, claim.better, spec.paper)
     return {**out, **asdict(found), "reason": ""}
+
+
+def describe(found: dict[str, Any], unit: str) -> str:
+    """A trend finding (trend_of's data) in one line: the word, each point's effect with its interval, the slope per
+    doubling, and the projection to the paper's setting where one is drawn; or why there is none."""
+    axis = found["axis"].replace("_", " ")
+    if not found.get("word"):
+        return f"along {axis}: no finding yet ({found['reason']}); {found['command']} measures the points"
+    points = "; ".join(f"{e['x']:g}: {e['value']:+.3g} [{e['low']:+.3g}, {e['high']:+.3g}]" for e in found["effects"])
+    text = (
+        f"{found['word']} along {axis} (the method's advantage, {unit}, 95% intervals: {points}; "
+        f"slope {found['slope']:+.3g} a doubling [{found['slope_low']:+.3g}, {found['slope_high']:+.3g}]"
+    )
+    if not found["fit_holds"]:
+        text += ", the points stray from a line beyond their seeds' spread"
+    if (p := found["projection"]) is not None:
+        text += f"; at the paper's {p['x']:g}: {p['value']:+.3g} [{p['low']:+.3g}, {p['high']:+.3g}], {p['label']}"
+    return text + ")"

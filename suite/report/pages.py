@@ -11,8 +11,17 @@ from pathlib import Path
 
 import pandas as pd
 
+from suite.judge import trends
 from suite.judge.claims import Claim
-from suite.judge.verdicts import EVIDENCE, PROJECTED_FIELDS, Verdict, claim_frame, evidence_label, origin
+from suite.judge.verdicts import (
+    EVIDENCE,
+    PROJECTED_FIELDS,
+    Verdict,
+    claim_frame,
+    evidence_label,
+    origin,
+    trend_words,
+)
 from suite.records import to_dataframe
 from suite.report import figures, frames, glance, tables
 from suite.report import labels as armlib
@@ -92,7 +101,7 @@ def claim_rows(repro: Reproduction, claim_href: str) -> Table:
                     badge=verdict.provenance,
                 ),
                 tables.text(f"{claim.better} {'↓' if claim.better == 'lower' else '↑'}"),
-                Cell(verdict.word_at, verdict.verdict, badge=verdict.verdict),
+                Cell(verdict.word_at + trend_words(verdict.trend), verdict.verdict, badge=verdict.verdict),
                 tables.text(glance.brief(verdict.reason)),
             ]
         )
@@ -310,6 +319,7 @@ def _card(
         "verdict": verdict.verdict,
         "at": verdict.at if verdict.small_scale else "",
         "regime": verdict.regime,
+        "trend": trends.describe(verdict.trend, claim.unit) if verdict.trend else "",
         "outside": verdict.outside,
         "what_would_test": claim.what_would_test,
         "reason": verdict.reason,
