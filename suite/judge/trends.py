@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from suite.judge.claims import Claim
 from suite.judge.metrics import one_arm
 from suite.judge.sides import Side, Sides
 
@@ -150,7 +151,7 @@ def _seeds(rows: pd.DataFrame, field: str) -> list[float]:
     return [float(v) for v in values if math.isfinite(v)]
 
 
-def trend_of(claim: Any, rows: pd.DataFrame) -> dict[str, Any] | None:
+def trend_of(claim: Claim, rows: pd.DataFrame) -> dict[str, Any] | None:
     """The trend finding of a card with a `trend` axis (suite.judge.claims.TrendAxis) over its complete runs `rows`
     (the summary rows a verdict selects from), as plain data for the verdict; None for a card without one. Points
     need 2 seeds per side; fewer than 2 points give the reason instead of a finding."""
