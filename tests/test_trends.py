@@ -62,8 +62,9 @@ def test_the_slope_is_per_doubling_whatever_the_axis_unit(scale):
     assert scaled.slope == pytest.approx(plain.slope) and scaled.word == plain.word
 
 
-def test_no_projection_from_two_points_or_from_a_line_that_does_not_fit():
+def test_no_projection_from_two_points_from_a_line_that_does_not_fit_or_where_the_points_reach_the_paper():
     assert trend(_points(lambda x: 0.05 * math.log2(x), xs=(2, 8)), "lower", paper_x=512).projection is None
+    assert trend(_points(lambda x: 0.05 * math.log2(x)), "lower", paper_x=128).projection is None
     bent = trend(_points(lambda x: 0.3 if x in (2, 128) else 0.0), "lower", paper_x=512)
     straight = trend(_points(lambda x: 0.0), "lower", paper_x=512)
     assert not bent.fit_holds and bent.projection is None
@@ -144,7 +145,7 @@ def test_a_trend_reads_in_one_line_with_its_points_slope_and_projection():
         "axis": "world_size",
         "command": "python -m suite reproduce x --preset trend",
         "reason": "",
-        **asdict(trend(_points(lambda x: 0.05 * math.log2(x)), "lower", paper_x=128)),
+        **asdict(trend(_points(lambda x: 0.05 * math.log2(x), xs=(2, 8, 32)), "lower", paper_x=128)),
     }
     text = describe(found, "nats")
     assert text.startswith(f"{TOWARD} along world size (the method's advantage, nats, 95% intervals: 2: +0.05 [")

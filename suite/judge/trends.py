@@ -8,7 +8,8 @@ The slope is a weighted least-squares line of the effect against log2 of the axi
 inverse of its variance (the seeds' spread), with a normal 95% interval from those variances. The fit holds when
 every point lies within two of its own standard errors of the line; where it does not, the slope's interval widens
 by the square root of the reduced chi-square, and no projection is drawn. A projection to the paper's setting along
-the line is shown only from 3 points or more, labelled extrapolated, and is never a verdict.
+the line is shown only from 3 points or more and only where the paper's setting lies beyond them, labelled
+extrapolated, and is never a verdict.
 
 Written here, not taken from a library: weighted least squares with known variances is a few lines of numpy, and the
 words (toward, away, flat) are this suite's.
@@ -121,7 +122,8 @@ def trend(points: Sequence[Point], better: str, paper_x: float | None = None) ->
     else:
         word = FLAT
     projection = None
-    if paper_x is not None and holds and len(xs) >= PROJECTION_POINTS:
+    beyond = paper_x is not None and not min(xs) <= math.log2(paper_x) <= max(xs)  # inside, the points say it
+    if beyond and holds and len(xs) >= PROJECTION_POINTS:
         px = math.log2(paper_x)
         value = intercept + slope * px
         spread = z * math.sqrt(1 / float(np.sum(w)) + (px - xbar) ** 2 / sxx)
