@@ -235,7 +235,10 @@ def test_the_check_ran_every_configuration_that_decides_an_estimated_card(monkey
     ran = {_checked(_config(*c)) for c in compositions() if c not in KNOWN_GAPS}
     unchecked = set()
     for preset in get_reproduction("sdp").presets:
-        estimates = [e.cfg for e in load_plan("sdp", preset).estimates]
+        try:
+            estimates = [e.cfg for e in load_plan("sdp", preset).estimates]
+        except ValueError:  # a tuned preset waiting for its tune's rates (tuned-long): no runs, no estimates yet
+            continue
         for card in (c for c in claims_for("sdp") if "estimated" in c.evidence):
             m = card.metric
             models = {m["model"]} if isinstance(m.get("model"), str) else set(m.get("model") or ())

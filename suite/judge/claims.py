@@ -66,6 +66,7 @@ give a point at each value, and suite/judge/trends.py says which way the effect 
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import math
 import re
@@ -772,7 +773,13 @@ def _check_arm(e: _Entry, where: str, value: Any) -> None:
     if not isinstance(value, dict):
         raise e.error(where, f"expected a mapping of arm fields, found {_short(value)}")
     if unknown := sorted(set(value) - known, key=str):
-        raise e.error(f"{where}.{unknown[0]}", f"not an arm field; use one of {sorted(known)}")
+        near = difflib.get_close_matches(str(unknown[0]), sorted(known), n=1)
+        hint = f"did you mean {near[0]}? " if near else ""
+        raise e.error(
+            f"{where}.{unknown[0]}",
+            f"not an arm field; {hint}arm fields are suite/config.py's settings of kind arm and world_size, data, "
+            "protocol, budget",
+        )
 
 
 def _names(value: Any) -> bool:
