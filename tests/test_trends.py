@@ -100,6 +100,8 @@ def _card(trend: dict | None) -> Claim:
         "test": "superiority",
         "margin": {"value": 0.0, "source": "strict"},
         "plateau": {"change": 1.0, "source": "synthetic runs of 8 steps"},
+        "protocol": "flops",
+        "baseline_protocol": "tokens",
         "command": "python -m suite reproduce harness",
     }
     return parse_claim({**entry, **({"trend": trend} if trend else {})}, "test")
@@ -111,7 +113,14 @@ def test_a_card_reads_its_trend_from_the_runs_along_its_axis_and_judges_at_its_o
     from suite.judge.verdicts import claim_frame, evaluate
 
     records = [
-        make_record(m, s, world_size=w, quality=-0.1 * math.log2(w) if m == "fl-fsdp" else 0.0, baseline=m == "fsdp")
+        make_record(
+            m,
+            s,
+            world_size=w,
+            quality=-0.1 * math.log2(w) if m == "fl-fsdp" else 0.0,
+            baseline=m == "fsdp",
+            protocol="flops" if m == "fl-fsdp" else "tokens",  # each side read under its own protocol
+        )
         for w in (2, 8, 32)
         for m in ("fl-fsdp", "fsdp")
         for s in range(3)

@@ -154,8 +154,8 @@ def _seeds(rows: pd.DataFrame, field: str) -> list[float]:
 
 
 def trend_of(claim: Claim, rows: pd.DataFrame) -> dict[str, Any] | None:
-    """The trend finding of a card with a `trend` axis (suite.judge.claims.TrendAxis) over its complete runs `rows`
-    (the summary rows a verdict selects from), as plain data for the verdict; None for a card without one. Points
+    """The trend finding of a card with a `trend` axis (suite.judge.claims.TrendAxis) over complete runs `rows`, each
+    side under its own protocol, as plain data for the verdict; None for a card without one. Points
     need 2 seeds per side; fewer than 2 points give the reason instead of a finding."""
     spec = claim.trend
     if spec is None:
@@ -163,6 +163,9 @@ def trend_of(claim: Claim, rows: pd.DataFrame) -> dict[str, Any] | None:
     sides = Sides.of(claim.metric)
     field = claim.metric["field"]
     mine, theirs = (_lifted(side, spec.axis).rows(rows) for side in (sides.mine, sides.theirs))
+    if claim.protocol:  # each side under its own protocol (a FLOP-matched method against equal-steps baselines)
+        mine = mine[mine["protocol"] == claim.protocol]
+        theirs = theirs[theirs["protocol"] == (claim.baseline_protocol or claim.protocol)]
     points = []
     for x in sorted({_axis_value(spec.axis, r) for _, r in mine.iterrows()}):
         a = mine[mine.apply(lambda r, x=x: _axis_value(spec.axis, r) == x, axis=1)]

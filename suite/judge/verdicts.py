@@ -272,7 +272,7 @@ def evaluate(claim: Claim, df: pd.DataFrame) -> Verdict:
     verdict = _evaluate(claim, df)
     if claim.trend is None:
         return verdict
-    rows = _measured_candidates(claim, _selected(claim, df))
+    rows = _measured_candidates(claim, df[df["status"] == "complete"] if len(df) else df)
     return replace(verdict, trend=trend_of(claim, rows[rows["provenance"] == "measured"] if len(rows) else rows))
 
 
