@@ -127,7 +127,7 @@ def test_the_trend_preset_runs_the_shapes_comparison_at_fewer_groups_under_90_mi
     assert {c.nproc for c in trend} == set(fl_plan.TREND_GROUPS) == {2, 8, 32}
     assert {same(c) for c in trend} == {same(c) for c in shape}
     assert all(c.tokens == 64 * c.nproc * c.micro_batch * c.seq_len and c.emulate for c in trend)
-    assert fl_plan.trend_wall_s(trend) < 90 * 60
+    assert fl_plan.shape_wall_s(trend) < 90 * 60
     cards = [c for c in claims_for("fl-fsdp") if c.trend]
     assert {c.id for c in cards} == {"fl-perplexity-fsdp-shape", "fl-train-perplexity-fsdp-shape"}
     assert {c.trend.command for c in cards} == {"python -m suite reproduce fl-fsdp --preset trend"}

@@ -210,24 +210,15 @@ def _trend() -> list[RunConfig]:
     return [cfg for groups in TREND_GROUPS for cfg in _runs(common, groups, PAPER_STEPS, SHAPE_ARMS, seeds)]
 
 
-def trend_wall_s(runs: list[RunConfig]) -> float:
-    """Estimated wall seconds of the trend preset on 2 quiet cores: SHAPE_COSTS scaled by the workers a step computes
-    (128 workers cost more each than fewer do: an upper bound; not measured)."""
+def shape_wall_s(runs: list[RunConfig]) -> float:
+    """Estimated wall seconds of the shape (or trend) preset on 2 quiet cores: each arm's steps and evaluations at
+    SHAPE_COSTS, scaled by the workers a step computes (at fewer than 128 an upper bound: 128 workers cost more each
+    than fewer do; not measured)."""
     items = []
     for cfg in runs:
         cost, share = SHAPE_COSTS[cfg.method], cfg.nproc / SHAPE_GROUPS
         steps = cfg.tokens // (cfg.nproc * cfg.micro_batch * cfg.seq_len)
         items.append((StepCost(cost.step_s * share, cost.eval_s * share), steps, steps // cfg.eval_every))
-    return estimated_wall_s(items, per_run_s=SHAPE_RUN_S)
-
-
-def shape_wall_s(runs: list[RunConfig]) -> float:
-    """Estimated wall seconds of the shape preset on 2 quiet cores: each arm's steps and evaluations at SHAPE_COSTS
-    (not measured)."""
-    items = []
-    for cfg in runs:
-        steps = cfg.tokens // (cfg.nproc * cfg.micro_batch * cfg.seq_len)
-        items.append((SHAPE_COSTS[cfg.method], steps, steps // cfg.eval_every))
     return estimated_wall_s(items, per_run_s=SHAPE_RUN_S)
 
 
@@ -341,7 +332,7 @@ def plan(preset: str) -> Plan:
     if preset == "smoke":
         notes.append(f"estimated wall time {smoke_wall_s(runs) / 60:.1f} minutes on 2 quiet cores (not measured)")
     if preset in LOSS_ONLY:
-        wall_s = {"shape": shape_wall_s, "trend": trend_wall_s}.get(preset, quality_wall_s)(runs)
+        wall_s = shape_wall_s(runs) if preset in ("shape", "trend") else quality_wall_s(runs)
         notes.append(f"estimated wall time {wall_s / 60:.0f} minutes on 2 quiet cores (not measured)")
     if preset == "shape":
         notes.append(_SHAPE_NOTE)

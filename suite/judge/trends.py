@@ -166,10 +166,10 @@ def trend_of(claim: Claim, rows: pd.DataFrame) -> dict[str, Any] | None:
     if claim.protocol:  # each side under its own protocol (a FLOP-matched method against equal-steps baselines)
         mine = mine[mine["protocol"] == claim.protocol]
         theirs = theirs[theirs["protocol"] == (claim.baseline_protocol or claim.protocol)]
+    at_mine, at_theirs = ([_axis_value(spec.axis, r) for _, r in side.iterrows()] for side in (mine, theirs))
     points = []
-    for x in sorted({_axis_value(spec.axis, r) for _, r in mine.iterrows()}):
-        a = mine[mine.apply(lambda r, x=x: _axis_value(spec.axis, r) == x, axis=1)]
-        b = theirs[theirs.apply(lambda r, x=x: _axis_value(spec.axis, r) == x, axis=1)] if len(theirs) else theirs
+    for x in sorted(set(at_mine)):
+        a, b = mine[[v == x for v in at_mine]], theirs[[v == x for v in at_theirs]]
         one_arm(a, f"the method's side at {spec.axis} {x:g}")
         one_arm(b, f"the baseline's side at {spec.axis} {x:g}")
         method, baseline = _seeds(a, field), _seeds(b, field)
