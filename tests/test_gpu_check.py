@@ -61,10 +61,10 @@ def test_estimate_is_measured_on_cuda_and_the_baselines_are_shortened(one_gpu):
 
 
 @slow_plans
-def test_presets_one_gpu_cannot_run_are_skipped_with_the_plans_reason(one_gpu):
+def test_presets_sized_on_the_gpu_are_skipped_with_why_where_none_answers(one_gpu):
     by_name = {s.name: s for s in one_gpu}
-    assert "at least 2 GPUs" in by_name["sdp"].skipped
-    assert "at least 4 GPUs" in by_name["fl-fsdp"].skipped
+    for name in ("sdp", "fl-fsdp"):  # sized to one GPU by steps measured there, which this CPU machine cannot do
+        assert "measures its steps there, and no GPU answers here" in by_name[name].skipped
     assert {"dion", "flash-io"} <= set(by_name)  # built, or skipped with why (flash-io probes CUDA to build)
 
 

@@ -100,6 +100,7 @@ def fit(
 ) -> tuple[list[RunConfig], list[str]]:
     """`build(model)`'s runs on one `device` at the largest model of `ladder` (smallest first) that fits its memory
     and `budget_s`, and a note for every size tried; ValueError (one line) when even the first does not fit."""
+    _require(device)
     chosen: list[RunConfig] | None = None
     notes = []
     for model in ladder:
@@ -112,6 +113,20 @@ def fit(
     if chosen is None:
         raise ValueError(f"no model fits one {device} in {budget_s / 60:.0f} minutes: {notes[-1]}")
     return chosen, notes
+
+
+def _require(device: str) -> None:
+    """Sizing measures on the device: a GPU that does not answer is a one-line ValueError, not a torch traceback."""
+    if device != "cuda":
+        return
+    import torch
+
+    try:
+        torch.cuda.get_device_properties(0)
+    except (RuntimeError, AssertionError) as err:
+        first = (str(err).splitlines() or [type(err).__name__])[0]
+        why = f"sizing a preset to one GPU measures its steps there, and no GPU answers here: {first}"
+        raise ValueError(why) from None
 
 
 def _try(runs: list[RunConfig], model: str, budget_s: float, probe) -> Size:
