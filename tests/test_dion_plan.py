@@ -3,6 +3,7 @@ microbenchmark function, the paper preset's refusal, and the declared pairs and 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -26,15 +27,18 @@ from reproductions.dion.plan import (
     TIME_SEEDS,
     TIME_STEPS,
     TIME_WORLD,
+    TREND_MODELS,
     TUNE_GRID,
     TUNE_STEPS,
     TUNE_SWEEP,
     plan,
+    quality_wall_s,
     smoke_wall_s,
 )
 from suite.config import RunConfig
 from suite.judge.claims import load_claims
 from suite.judge.sweeps import sweep_winners
+from suite.models import model_config
 from suite.plan.plans import load_plan
 
 RESULTS = Path(__file__).parents[1] / "results" / "dion-smoke"
@@ -220,6 +224,25 @@ def test_one_rate_rule_for_the_adamw_part_of_every_arm_a_loss_card_compares(monk
         rates[card.id] = sorted({(c.optimizer, _adamw_part_rate(c)) for c in read})
     differ = {card: r for card, r in rates.items() if len({rate for _, rate in r}) > 1}
     assert not differ, f"the AdamW part trains at more than one rate (optimizer, rate): {differ}"
+
+
+def test_the_trend_preset_runs_the_half_cards_matrix_arms_on_narrower_models_as_the_quality_preset_does():
+    """Issue 44: Muon and Dion at both ranks, as the quality preset runs them at 500 steps (seeds, schedule, rates),
+    on models narrower than llama-tiny; the two half cards that compare them read the width; under 90 minutes."""
+    trend = plan("trend")
+    half = [c for c in plan("quality").runs if c.tokens == trend.runs[0].tokens and c.optimizer != "adamw"]
+
+    def same(cfg: RunConfig) -> str:
+        return repr(dataclasses.replace(cfg, model=""))
+
+    assert {c.model for c in trend.runs} == set(TREND_MODELS)
+    assert sorted(model_config(m)["dim"] for m in TREND_MODELS) == [64, 128]  # llama-tiny's 256 is the quality's
+    for model in TREND_MODELS:
+        assert sorted(same(c) for c in trend.runs if c.model == model) == sorted(same(c) for c in half)
+    cards = {c.id: c.trend for c in load_claims(REPRODUCTION.claims) if c.trend}
+    assert set(cards) == {"dion-quality-vs-muon-half", "dion-rank-quarter-vs-full-half"}
+    assert all(t.axis == "width" and t.command.endswith("--preset trend") for t in cards.values())
+    assert quality_wall_s(trend.runs) < 90 * 60
 
 
 def test_the_whole_step_time_card_has_interleaved_repeats(smoke):

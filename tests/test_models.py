@@ -18,6 +18,8 @@ LLAMA_SIZES = {
     "llama-tiny": (2.5e6, 3.5e6),
     "llama-tiny-8l": (5.5e6, 6.5e6),
     "llama-tiny-16l": (11.5e6, 12.5e6),
+    "llama-tiny-w64": (0.2e6, 0.25e6),
+    "llama-tiny-w128": (0.8e6, 0.85e6),
     "llama-50m": (45e6, 55e6),
     "llama-134m": (134e6 * 0.95, 134e6 * 1.05),
     "llama-500m": (500e6 * 0.95, 500e6 * 1.05),

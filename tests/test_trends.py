@@ -53,6 +53,14 @@ def test_the_word_follows_the_claims_side_and_where_the_paper_sits():
     assert trend(growing, "lower", paper_x=1).word == AWAY  # the paper's setting lies below the points
 
 
+def test_for_an_equivalence_claim_toward_the_paper_is_toward_no_difference():
+    closing = _points(lambda x: -0.3 + 0.05 * math.log2(x))  # the method behind, less so at each doubling
+    assert trend(closing, "lower", paper_x=512, equivalence=True).word == TOWARD
+    widening = _points(lambda x: 0.05 * math.log2(x))  # the method ahead, more so at each doubling
+    assert trend(widening, "lower", paper_x=512, equivalence=True).word == AWAY
+    assert trend(widening, "lower", paper_x=512).word == TOWARD  # the same points, for a superiority claim
+
+
 @settings(deadline=None)  # the first example imports scipy
 @given(scale=st.sampled_from([0.25, 3.0, 100.0]))
 def test_the_slope_is_per_doubling_whatever_the_axis_unit(scale):

@@ -38,6 +38,9 @@ their micro-batch, the cost runs' is 4) on the stdlib corpus at two budgets a fa
 QUALITY_SEEDS, one schedule for every arm (QUALITY_SCHEDULE: warm-up over 10% of the steps,
 then cosine over the budget), each at its rate from the tune at that budget (ADAMW_TUNED and MATRIX_TUNED, the
 AdamW part of Muon and Dion at the AdamW arm's rate; Dion's rate serves both of its ranks);
+Trend (CPU, estimated at most 34 minutes): the two half cards' Muon and Dion arms (rank 1/4 and full) at widths 64
+and 128 (TREND_MODELS), as the quality preset runs them at 500 steps on llama-tiny (width 256): the points of those
+cards' trend along the width (suite/judge/trends.py).
 GPU: llama-134m, the quality arms (sweep, then seeds at the picked rates) and every cost arm (GPU_DDP_ARMS over
 TIME_SEEDS, GPU_FSDP_ARMS once) on every visible GPU: the wall-clock claims are about GPUs, and this
 machine's CPU timings do not test them. Target (8+ GPUs): llama-1b, AdamW and Dion at rank 1/4 to one validation
@@ -99,6 +102,16 @@ ADAMW_TUNED = {500: 1e-3, 1000: 1e-3}
 HORIZON_MATRIX_GRID = {500: TUNE_MATRIX_GRID, 1000: tuple(lr / 4 for lr in TUNE_MATRIX_GRID)}
 # stage two's winners by budget (steps -> optimizer -> rate); a test checks them against the records
 MATRIX_TUNED = {500: {"muon": 0.025, "dion": 0.025}, 1000: {"muon": 0.0125, "dion": 0.0125}}
+# Trend preset (issue 44): the half cards' Muon and Dion arms (Dion at rank 1/4 and at full rank) at narrower widths
+# than llama-tiny's 256, whose points are the quality preset's: the same 500 steps, schedule rule, corpus, seeds and
+# rates (the tune at 500 steps on llama-tiny; orthonormalized updates are scaled so that a rate carries across width,
+# which the paper credits them with, and both sides of each card train at the rates of one tune). Width 512 is not
+# in it: its steps measured 7.5 to 12.9 s beside another plan (Dion at full rank the most), about two hours for its
+# 9 runs on 2 quiet cores, over the 90 minutes a plan may take. The AdamW card has no trend: AdamW's rate does not
+# carry across width under the standard parametrization, and a tune per width is not in this budget.
+TREND_MODELS = ("llama-tiny-w64", "llama-tiny-w128")
+TREND_STEPS = LONG_STEPS[0]
+TREND_ARMS = (("muon", {}), ("dion", {"rank_fraction": QUALITY_FRACTION}), ("dion", {"rank_fraction": 1.0}))
 # Wall seconds per step and per evaluation on 2 cores, from the quality runs of results/dion-smoke (medians over
 # seeds; StepCost), by (optimizer, rank fraction)
 QUALITY_COSTS = {
@@ -180,7 +193,7 @@ GPU_FSDP_ARMS = (("adamw", {}), ("muon", {}), ("dion", {"rank_fraction": 0.25}))
 # run; the rates are the smoke sweep's (tuned on llama-tiny, not at 1B), which the card states
 TARGET = dict(model="llama-1b", device="cuda", seq_len=1024, micro_batch=4, eval_every=50, log_every=10)
 TARGET_LOSS, TARGET_MAX_TOKENS, TARGET_GPUS = 3.5, 2e9, 8
-PRESETS = ("smoke", "tune", "tune-adamw", "tune-matrix", "quality", "gpu", "target", "paper")
+PRESETS = ("smoke", "tune", "tune-adamw", "tune-matrix", "quality", "trend", "gpu", "target", "paper")
 
 
 def _arm(optimizer: str, variant: dict, scalar_lr: float = SCALAR_LR) -> dict:
@@ -245,6 +258,26 @@ def _long() -> list[RunConfig]:
             {"adamw": ADAMW_TUNED[steps], **MATRIX_TUNED[steps]},
             ADAMW_TUNED[steps],
         )
+    ]
+
+
+def trend_runs() -> list[RunConfig]:
+    """The half cards' Muon and Dion arms (TREND_ARMS) on each model of TREND_MODELS, narrowest first, as the quality
+    preset runs them on llama-tiny: its seeds, steps, schedule rule, corpus and rates at that budget."""
+    common = {**LONG, **QUALITY_SCHEDULE.settings(TREND_STEPS)}
+    budget = {"tokens": _tokens(TREND_STEPS, common["nproc"], common)}
+    return [
+        RunConfig(
+            optimizer=o,
+            lr=MATRIX_TUNED[TREND_STEPS][o],
+            seed=s,
+            variant=_arm(o, v, ADAMW_TUNED[TREND_STEPS]),
+            **budget,
+            **{**common, "model": model},
+        )
+        for model in TREND_MODELS
+        for s in QUALITY_SEEDS
+        for o, v in TREND_ARMS
     ]
 
 
@@ -415,6 +448,13 @@ def plan(preset: str) -> Plan:
         runs, micro = _long(), []
         notes.append(f"estimated wall time {quality_wall_s(runs) / 60:.0f} minutes on 2 quiet cores (not measured)")
         notes.append("learning rates from the tune at each budget (the tune-adamw and tune-matrix presets)")
+    elif preset == "trend":
+        runs, micro = trend_runs(), []
+        notes.append(
+            f"estimated wall time at most {quality_wall_s(runs) / 60:.0f} minutes on 2 quiet cores (not measured: "
+            "llama-tiny's step costs, which a narrower model's steps do not exceed)"
+        )
+        notes.append(f"width 256 is the quality preset's llama-tiny; this preset adds {', '.join(TREND_MODELS)}")
     elif preset == "tune":
         runs, micro = tune_runs(), []
         notes.append(f"estimated wall time {quality_wall_s(runs) / 60:.0f} minutes on 2 quiet cores (not measured)")

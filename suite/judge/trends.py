@@ -94,9 +94,11 @@ def effect(point: Point, better: str) -> Effect:
     return Effect(point.x, d, d - half, d + half, se)
 
 
-def trend(points: Sequence[Point], better: str, paper_x: float | None = None) -> Trend:
+def trend(points: Sequence[Point], better: str, paper_x: float | None = None, equivalence: bool = False) -> Trend:
     """The trend finding of `points` (2 or more distinct axis values); `paper_x`: the paper's setting on the axis,
-    which gives the direction toward it and the place of a projection."""
+    which gives the direction toward it and the place of a projection. For an equivalence claim ("nearly equal")
+    the paper's side is no difference: the effect moves toward it when the line heads for zero, judged from the
+    points' weighted mean (a line that crosses zero inside the points is read from their centre)."""
     from scipy import stats
 
     effects = sorted((effect(p, better) for p in points), key=lambda e: e.x)
@@ -117,6 +119,8 @@ def trend(points: Sequence[Point], better: str, paper_x: float | None = None) ->
     z = float(stats.norm.ppf(1 - ALPHA / 2))
     half = z * inflate / math.sqrt(sxx)
     toward = 1.0 if paper_x is None or math.log2(paper_x) >= xbar else -1.0
+    if equivalence:  # the claim's side is zero: a negative mean effect rises toward it, a positive one falls
+        toward *= -1.0 if float(np.sum(w * y) / np.sum(w)) > 0 else 1.0
     if slope - half > 0 or slope + half < 0:
         word = TOWARD if slope * toward > 0 else AWAY
     else:
@@ -179,7 +183,7 @@ def trend_of(claim: Claim, rows: pd.DataFrame) -> dict[str, Any] | None:
     if len({p.x for p in points}) < 2:
         have = ", ".join(f"{p.x:g}" for p in points) or "none"
         return {**out, "word": None, "reason": f"points with 2 seeds a side at {have}; a trend needs 2 or more"}
-    found = trend(points, claim.better, spec.paper)
+    found = trend(points, claim.better, spec.paper, equivalence=claim.test == "equivalence")
     return {**out, **asdict(found), "reason": ""}
 
 

@@ -56,6 +56,13 @@ LLAMA_CONFIGS: dict[str, LlamaConfig] = {
     "llama-tiny-16l": LlamaConfig(
         dim=256, n_layers=16, n_heads=8, n_kv_heads=8, vocab_size=256, ffn_dim=640, max_seq_len=1024
     ),
+    # llama-tiny at a quarter and half its width (FFN 2.5x the width, as llama-tiny's): Dion's trend along width
+    "llama-tiny-w64": LlamaConfig(
+        dim=64, n_layers=4, n_heads=8, n_kv_heads=8, vocab_size=256, ffn_dim=160, max_seq_len=1024
+    ),
+    "llama-tiny-w128": LlamaConfig(
+        dim=128, n_layers=4, n_heads=8, n_kv_heads=8, vocab_size=256, ffn_dim=320, max_seq_len=1024
+    ),
     "llama-50m": LlamaConfig(
         dim=512, n_layers=12, n_heads=8, n_kv_heads=8, vocab_size=256, ffn_dim=2048, max_seq_len=1024
     ),
