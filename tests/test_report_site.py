@@ -5,6 +5,7 @@ arm colours apart from the verdicts'."""
 from __future__ import annotations
 
 import copy
+import json
 import re
 from pathlib import Path
 
@@ -160,3 +161,19 @@ def test_arm_colours_stay_apart_from_the_verdicts_and_each_other():
         assert _distance(colour, SHOWN) >= 20, colour
         assert _lab(colour)[0] <= 80, f"{colour} is too light to read on white"
     assert min(_distance(a, b) for i, a in enumerate(PALETTE) for b in PALETTE[i + 1 :]) >= 25
+
+
+def test_the_site_index_gives_each_cards_trend_word_linked_to_its_card(tmp_path):
+    folder = tmp_path / "reports" / "sdp"
+    folder.mkdir(parents=True)
+    entry = {"name": "sdp", "href": "reproductions/sdp.html", "paper": "p", "counts": {}, "claims_error": None}
+    trends = [("reproductions/sdp.html#claim-eight", "eight", "moves toward the paper's claim along blocks")]
+    both = [{**entry, "trends": trends, "run_pages": []}, {**entry, "name": "other", "trends": [], "run_pages": []}]
+    (folder / "summary.json").write_text(json.dumps({"records": 0, "skipped": 0, "reproductions": both}))
+    html = build_site(tmp_path / "reports").read_text()
+    assert (
+        '<a href="sdp/reproductions/sdp.html#claim-eight">eight</a>: moves toward the paper&#39;s claim along blocks'
+        in html
+    )
+    other = html[html.index(">other</a>") :].split("</tr>")[0]
+    assert "<td>—</td>" in other

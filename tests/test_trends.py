@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from suite.errors import ClaimsError
 from suite.judge.claims import Claim, parse_claim
 from suite.judge.trends import AWAY, FLAT, TOWARD, Point, describe, trend
+from suite.report import figures
 from tests.report_fixtures import make_record
 
 AXIS = (2, 8, 32, 128)
@@ -173,3 +174,13 @@ def test_a_trend_reads_in_one_line_with_its_points_slope_and_projection():
         "along world size: no finding yet (points with 2 seeds a side at 32; a trend needs 2 or more); "
         "python -m suite reproduce x --preset trend measures the points"
     )
+
+
+def test_a_trend_is_drawn_with_its_points_line_paper_setting_and_projection_labelled():
+    found = {"axis": "width", "paper": 3072, **asdict(trend(_points(lambda x: 0.05 * math.log2(x)), "lower", 3072))}
+    chart = figures.trend(found, "nats")
+    assert "paper: 3072" in chart.svg and "extrapolated, not a verdict" in chart.svg
+    assert chart.caption.endswith("The dotted line is the paper's setting.") and TOWARD in chart.caption
+    inside = {**found, **asdict(trend(_points(lambda x: 0.05 * math.log2(x)), "lower", 32))}
+    assert "extrapolated" not in figures.trend(inside, "nats").svg  # the paper's setting lies among the points
+    assert figures.trend({**found, "word": None}, "nats") is None

@@ -68,6 +68,7 @@ class Projection:
 @dataclass(frozen=True)
 class Trend:
     effects: list[Effect]
+    intercept: float  # the line's effect where the axis is 1 (log2 of it 0)
     slope: float  # change of the oriented effect per doubling of the axis
     slope_low: float
     slope_high: float
@@ -132,7 +133,7 @@ def trend(points: Sequence[Point], better: str, paper_x: float | None = None, eq
         value = intercept + slope * px
         spread = z * math.sqrt(1 / float(np.sum(w)) + (px - xbar) ** 2 / sxx)
         projection = Projection(paper_x, value, value - spread, value + spread)
-    return Trend(effects, slope, slope - half, slope + half, holds, word, projection)
+    return Trend(effects, intercept, slope, slope - half, slope + half, holds, word, projection)
 
 
 def _axis_value(axis: str, row: pd.Series) -> float:

@@ -24,7 +24,7 @@ from markupsafe import Markup
 from suite.atomic import write_text
 from suite.errors import UsageError
 from suite.judge.claims import Claim, ClaimsError, claims_for
-from suite.judge.verdicts import judge_all
+from suite.judge.verdicts import judge_all, trend_words
 from suite.records import load_records
 from suite.report import figures, site
 from suite.report.figures import Chart
@@ -173,6 +173,11 @@ def _summary_entry(repro: Reproduction, run_files: dict[int, str]) -> dict:
         "paper": site.paper_of([c for c, _ in repro.verdicts]),
         "counts": repro.counts,
         "claims_error": repro.claims_error,
+        "trends": [
+            (f"{repro.href}#claim-{css_token(c.id)}", c.id, trend_words(v.trend).removeprefix("; "))
+            for c, v in repro.verdicts
+            if trend_words(v.trend)
+        ],
         "run_pages": [(run_files[id(r)], r["run_id"], r["status"]) for r in repro.records],
     }
 

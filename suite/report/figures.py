@@ -622,3 +622,57 @@ def run_losses(curve: list[dict], label: str) -> Chart | None:
         f'font-family="DejaVu Sans, Arial, sans-serif"><title>{escape(title)}</title>{"".join(out)}</svg>'
     )
     return Chart(title, Markup(svg), "Every recorded point; the numbers are in the table below.")
+
+
+def trend(found: dict, unit: str) -> Chart | None:
+    """A card's trend finding (suite/judge/trends.py trend_of's data): the method's advantage at each point of the
+    axis with its 95% interval, the fitted line over the points, and the paper's setting marked at the right edge,
+    with the extrapolated projection there where one was drawn. None where there is no finding."""
+    if not found or not found.get("word"):
+        return None
+    effects, paper, projection = found["effects"], found["paper"], found["projection"]
+    xs = np.array([e["x"] for e in effects])
+    fig, axes = figure(4.6, 2.3)
+    ax = axes[0, 0]
+    ax.set_xscale("log", base=2)
+    ax.axhline(0, color="#5f6368", linewidth=0.8)
+    ax.errorbar(
+        xs,
+        [e["value"] for e in effects],
+        yerr=[[e["value"] - e["low"] for e in effects], [e["high"] - e["value"] for e in effects]],
+        fmt="o",
+        color="#1a73e8",
+        capsize=3,
+        label="measured (95% interval over seeds)",
+    )
+    span = np.array([xs.min(), xs.max()] if projection is None else [xs.min(), projection["x"]])
+    line = found["intercept"] + found["slope"] * np.log2(span)
+    ax.plot(span, line, color="#1a73e8", linestyle="-" if projection is None else "--", linewidth=1)
+    if projection is not None:
+        ax.errorbar(
+            [projection["x"]],
+            [projection["value"]],
+            yerr=[[projection["value"] - projection["low"]], [projection["high"] - projection["value"]]],
+            fmt="o",
+            mfc="white",
+            color="#1a73e8",
+            capsize=3,
+            label="extrapolated, not a verdict",
+        )
+    ax.axvline(paper, color="#b06000", linestyle=":", linewidth=1.5)
+    ax.annotate(f"paper: {paper:g}", (paper, 1), xycoords=("data", "axes fraction"), ha="right", va="top",
+                fontsize="small", color="#b06000", xytext=(-3, -2), textcoords="offset points")  # fmt: skip
+    ax.set_xlim(xs.min() / 1.5, max(xs.max(), paper) * 1.5)
+    ticks = sorted({*xs.tolist(), paper})
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    ax.minorticks_off()
+    axis = found["axis"].replace("_", " ")
+    ax.set_xlabel(axis)
+    ax.set_ylabel("advantage")
+    ax.legend(fontsize="x-small", loc="best")
+    margins(fig, left=0.85, bottom=0.45, top=0.1)
+    caption = (
+        f"The method's advantage over the baseline in {unit} (positive favours the paper's claim) at each point; "
+        f"{found['word']}, slope {found['slope']:+.3g} a doubling. The dotted line is the paper's setting."
+    )
+    return chart(fig, f"The method's advantage along {axis}", caption)

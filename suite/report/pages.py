@@ -320,6 +320,7 @@ def _card(
         "at": verdict.at if verdict.small_scale else "",
         "regime": verdict.regime,
         "trend": trends.describe(verdict.trend, claim.unit) if verdict.trend else "",
+        "trend_figure": figures.trend(verdict.trend, claim.unit) if verdict.trend else None,
         "outside": verdict.outside,
         "what_would_test": claim.what_would_test,
         "reason": verdict.reason,

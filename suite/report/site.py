@@ -48,6 +48,7 @@ def _folder(folder: Path, site: Path) -> dict | None:
             {
                 **entry,
                 "href": f"{prefix}/{entry['href']}",
+                "trends": [(f"{prefix}/{href}", card, words) for href, card, words in entry.get("trends", [])],
                 "run_pages": [(f"{prefix}/{href}", run_id, status) for href, run_id, status in entry["run_pages"]],
             }
             for entry in data["reproductions"]
