@@ -23,8 +23,9 @@ preset's corpus and schedule rule, at every rate of LR_GRID (15 runs), filed as 
 suite.judge.sweeps.sweep_winners picks each arm's rate (LR_TUNED) and refuses a winner at the grid's edge. Tuned (CPU,
 1,730 s measured on 2 quiet cores, results/sdp-tuned): the tune's arms at their LR_TUNED rates on TUNED_SEEDS, at the
 tune's budget. Tune-long and tuned-long (CPU; estimated 49 and 59 minutes, see quality_wall_s): the same two steps at
-the longer budget for the arms of the 600-step card (DDP, B-SDP at C = 0.5 FLOP-matched), rates in LONG_TUNED. Masking
-(CPU, 8 gloo workers): b-sdp against bb-sdp at C = 3/8 on llama-tiny-8l, three seeds, the
+the longer budget for the arms of the 600-step card (DDP, B-SDP at C = 0.5 FLOP-matched), rates in LONG_TUNED;
+tune-long-low extends that tune's grid one step down (LONG_LOW_GRID), where its first pass found DDP at the edge.
+Masking (CPU, 8 gloo workers): b-sdp against bb-sdp at C = 3/8 on llama-tiny-8l, three seeds, the
 quality corpus and schedule rule. Eight (CPU, emulated workers; see EIGHT): B-SDP at C = 0.69 FLOP-matched against DDP
 at the paper's 8 workers on llama-tiny-16l, llama-1b's depth, three seeds (estimated in eight_wall_s). Trend: the
 same at 4 and 8 blocks (TREND_MODELS), for that card's trend along the depth.
@@ -90,6 +91,10 @@ TUNED_SEEDS = (1, 2, 3, 4, 5, 6)
 # seed 0 over LR_GRID at 600 steps (a rate is tuned at the horizon it is judged at), then judged on TUNED_SEEDS; two
 # plans, each under the 90 minutes a plan may take. LONG_TUNED holds the tune-long winners once they are committed
 LONG_TUNED: dict[str, float | None] = {"ddp": None, "b-sdp C=0.5": None}
+# The first pass (results/sdp-tune-long) found DDP best at LR_GRID's lowest rate, an edge, so tune-long-low extends
+# the grid one factor-2 step down for both arms (the same trials for each), into results/sdp-tune-long-low; the
+# winners are picked over both folders
+LONG_LOW_GRID = (LR_GRID[0] / 2,)
 # Backward against forward masking at C = 3/8 (issue 26 item 6) on a CPU: llama-tiny-8l, so that each of 8 gloo
 # workers holds 3 whole blocks and every block has 3 holders, on the quality preset's corpus under its schedule
 # rule, equal tokens; small-scale evidence for sdp-backward-masking-sparse-cpu (the paper's llama-1b needs GPUs).
@@ -368,6 +373,11 @@ def _tune_long() -> list[RunConfig]:
     return lr_sweep(_long_arms(), LR_GRID, LR_SWEEP)
 
 
+def _tune_long_low() -> list[RunConfig]:
+    """The long arms at the rates of LONG_LOW_GRID, below LR_GRID."""
+    return lr_sweep(_long_arms(), LONG_LOW_GRID, LR_SWEEP)
+
+
 def _tuned_long() -> list[RunConfig]:
     """The long arms, each at its LONG_TUNED rate, on TUNED_SEEDS."""
     return tuned_runs(
@@ -498,6 +508,7 @@ PRESETS = {
     "tune": _tune,
     "tuned": _tuned,
     "tune-long": _tune_long,
+    "tune-long-low": _tune_long_low,
     "tuned-long": _tuned_long,
     "masking": _masking,
     "eight": _eight,
@@ -518,11 +529,11 @@ def plan(preset: str) -> Plan:
         notes.append("no CIFAR_ROOT: the ResNet-18 and Swin-T CIFAR arms are skipped, their cards stay untested")
     if preset in ("smoke", "quality", "masking", "eight", "trend") and len(_seeds(3)) < 3:
         notes.append(f"{len(_seeds(3))} seed(s) per quality arm: the quality cards need 3 (SDP_SEEDS=3)")
-    if preset in ("quality", "tune", "tuned", "tune-long", "tuned-long"):
+    if preset in ("quality", "tune", "tuned", "tune-long", "tune-long-low", "tuned-long"):
         notes.append(f"estimated wall time {quality_wall_s(runs) / 60:.0f} minutes on 2 quiet cores (not measured)")
     if preset in ("eight", "trend"):
         notes.append(f"estimated wall time {eight_wall_s(runs) / 60:.0f} minutes on 2 quiet cores (not measured)")
-    if preset in ("tune", "tune-long"):
+    if preset in ("tune", "tune-long", "tune-long-low"):
         notes.append(
             f"a learning-rate sweep filed as {LR_SWEEP}: suite.judge.sweeps.sweep_winners picks each arm's rate"
         )

@@ -28,13 +28,15 @@ class Winner:
     grid: tuple[float, ...]
 
 
-def sweep_winners(folder: str | Path, reproduction: str) -> dict[str, Winner]:
-    """Each arm's winner among the records of `reproduction` (the sweep's name) in the results folder `folder`,
-    by the arm's label; ValueError (one line) where the sweep cannot pick (pick_winners)."""
-    records, _ = load_records(folder)
-    sweep = [r for r in records if r["reproduction"] == reproduction]
+def sweep_winners(folder: str | Path | list[Path], reproduction: str) -> dict[str, Winner]:
+    """Each arm's winner among the records of `reproduction` (the sweep's name) in the results folder `folder` (or
+    folders: a grid extended by a later plan, each folder one plan run), by the arm's label; ValueError (one line)
+    where the sweep cannot pick (pick_winners)."""
+    folders = folder if isinstance(folder, list) else [Path(folder)]
+    sweep = [r for f in folders for r in load_records(f)[0] if r["reproduction"] == reproduction]
     if not sweep:
-        raise ValueError(f"no records of sweep {reproduction!r} in {folder}; run the plan's tune preset first")
+        shown = ", ".join(map(str, folders))
+        raise ValueError(f"no records of sweep {reproduction!r} in {shown}; run the plan's tune preset first")
     return pick_winners(sweep)
 
 
