@@ -171,15 +171,19 @@ def test_the_long_tune_sweeps_the_600_step_cards_arms_and_each_plan_fits_90_minu
         {None if r == sdp_plan.SMOKE.get("lr") else r for r in sdp_plan.LR_GRID},
         key=lambda r: r or sdp_plan.SMOKE["lr"],
     )
-    with pytest.raises(ValueError, match="--preset tune-long.*LONG_TUNED"):
-        sdp_plan.plan("tuned-long")
-    monkeypatch.setattr(sdp_plan, "LONG_TUNED", {"ddp": 1.5e-3, "b-sdp C=0.5": 3e-3})
+    low = sdp_plan.plan("tune-long-low")  # the grid extended below, the same arms
+    assert {_arm_but_rate(c) for c in low.runs} == {_arm_but_rate(c) for c in tune.runs}
+    assert sorted(c.lr for c in low.runs) == sorted(sdp_plan.LONG_LOW_GRID * 2)
+    assert max(sdp_plan.LONG_LOW_GRID) < min(sdp_plan.LR_GRID)
     tuned = sdp_plan.plan("tuned-long")
     assert sorted((sdp_plan.tune_key(c), c.seed, c.lr) for c in tuned.runs) == sorted(
         (k, s, r) for k, r in sdp_plan.LONG_TUNED.items() for s in sdp_plan.TUNED_SEEDS
     )
-    for plan in (tune, tuned):
+    for plan in (tune, low, tuned):
         assert sdp_plan.quality_wall_s(plan.runs) < 90 * 60
+    monkeypatch.setattr(sdp_plan, "LONG_TUNED", dict.fromkeys(sdp_plan.LONG_TUNED))
+    with pytest.raises(ValueError, match="--preset tune-long.*LONG_TUNED"):
+        sdp_plan.plan("tuned-long")
 
 
 def _arm_but_rate(cfg: RunConfig) -> tuple:
@@ -193,6 +197,13 @@ def test_the_tuned_rates_are_the_committed_tunes_winners_inside_their_grid():
     assert {w.grid for w in winners.values()} == {sdp_plan.LR_GRID}
 
 
+def test_the_long_tuned_rates_are_the_winners_of_the_long_tune_and_its_extension_inside_their_grid():
+    folders = [TUNED.with_name("sdp-tune-long"), TUNED.with_name("sdp-tune-long-low")]
+    winners = sweep_winners(folders, sdp_plan.LR_SWEEP)
+    assert {_key_of(w.label): w.lr for w in winners.values()} == sdp_plan.LONG_TUNED
+    assert {w.grid for w in winners.values()} == {(*sdp_plan.LONG_LOW_GRID, *sdp_plan.LR_GRID)}
+
+
 def _key_of(label: str) -> str:
     """LR_TUNED's key of a swept arm's label ("b-sdp C=0.5 aggregation=groups n4 llama-tiny")."""
     words = label.split()
@@ -200,16 +211,17 @@ def _key_of(label: str) -> str:
 
 
 def test_the_tuned_cards_read_each_side_at_its_tuned_rate_and_the_others_at_the_shared_rate():
-    """The quality cards of the tuned protocol name each side's LR_TUNED rate, those of the untuned one the shared
-    3e-3, so no card of one protocol matches the other's runs."""
+    """The quality cards of the tuned protocol name each side's LR_TUNED rate (LONG_TUNED at the longer budget),
+    those of the untuned one the shared 3e-3, so no card of one protocol matches the other's runs."""
     for claim in claims_for("sdp"):
         m = claim.metric
         if m.get("baseline") != "ddp" or (m.get("arm") or {}).get("data") != "stdlib":
             continue
         method = f"{m['method']} C={m['variant']['C']:g}"
         sides = {method: m["arm"]["lr"], "ddp": m["baseline_arm"]["lr"]}
-        tuned = claim.id.endswith("-tuned")
-        assert sides == {k: sdp_plan.LR_TUNED[k] if tuned else 3e-3 for k in sides}, claim.id
+        protocol = claim.id[claim.id.rfind("-tuned") :]
+        tuned = {"-tuned": sdp_plan.LR_TUNED, "-tuned-long": sdp_plan.LONG_TUNED}.get(protocol)
+        assert sides == {k: tuned[k] if tuned else 3e-3 for k in sides}, claim.id
 
 
 def test_backward_masking_gets_forward_maskings_flops_in_the_masking_preset():

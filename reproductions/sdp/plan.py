@@ -89,8 +89,8 @@ TUNED_SEEDS = (1, 2, 3, 4, 5, 6)
 # sdp-memory-range's quality half (sdp-quality-flop-matched, 600 DDP steps), whose shared rate 3e-3 cost B-SDP 0.16
 # nats against its tuned rate but DDP 0.04 at 300 steps: its two arms, DDP and B-SDP at C = 0.5 FLOP-matched, tuned on
 # seed 0 over LR_GRID at 600 steps (a rate is tuned at the horizon it is judged at), then judged on TUNED_SEEDS; two
-# plans, each under the 90 minutes a plan may take. LONG_TUNED holds the tune-long winners once they are committed
-LONG_TUNED: dict[str, float | None] = {"ddp": None, "b-sdp C=0.5": None}
+# plans, each under the 90 minutes a plan may take. LONG_TUNED holds the tune's winners (a test checks them)
+LONG_TUNED: dict[str, float | None] = {"ddp": 7.5e-4, "b-sdp C=0.5": 1.5e-3}
 # The first pass (results/sdp-tune-long) found DDP best at LR_GRID's lowest rate, an edge, so tune-long-low extends
 # the grid one factor-2 step down for both arms (the same trials for each), into results/sdp-tune-long-low; the
 # winners are picked over both folders
