@@ -177,3 +177,7 @@ def test_the_site_index_gives_each_cards_trend_word_linked_to_its_card(tmp_path)
     )
     other = html[html.index(">other</a>") :].split("</tr>")[0]
     assert "<td>—</td>" in other
+
+
+def test_a_folder_index_is_titled_by_the_reproductions_it_judges(site):
+    assert "<title>Reproduction report: sdp" in (site / "index.html").read_text()

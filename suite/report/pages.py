@@ -119,8 +119,9 @@ def _ours(verdict: Verdict, unit: str) -> str:
 
 
 def index_context(repros: list[Reproduction], skipped: list[tuple[str, str]], n_records: int) -> dict:
+    judged = [r.name for r in repros if r.verdicts] or [r.name for r in repros]
     return {
-        "title": "Reproduction report",
+        "title": f"Reproduction report: {', '.join(judged) or 'no runs'}",  # a folder's index names what it judges
         "root": "",
         "n_records": n_records,
         "skipped": skipped,
