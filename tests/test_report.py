@@ -477,3 +477,17 @@ def test_numbers_per_arm_open_the_page_with_seeds_pooled_and_kinds_apart(site):
     assert cells[:4] == ["ddp", "3", f"{mean:,.0f}", f"{peak:.3g}"]
     assert "b-sdp C=0.5 n8" not in measured and "b-sdp C=0.5 n8" in estimated
     assert "tokens/s" not in estimated and "final val loss" not in estimated and "peak GiB/rank" in estimated
+
+
+def test_the_runs_tables_lr_column_gives_each_runs_rate(tmp_path):
+    """Issue 45: the lr column was empty on every page (the rate lives in a record's settings, not its variant)."""
+    records = [make_record("ddp", seed=s, reproduction="lrs") for s in (0, 1)]
+    for record, lr in zip(records, (1.5e-3, 7.5e-4)):
+        record["settings"] = {"lr": lr}
+    out = build_report_for(records, [], tmp_path / "site", claims_by_reproduction={"lrs": []})
+    html = page_of(out.parent, "reproductions", "lrs").read_text()
+    runs = html[html.index('class="sortable runs"') :]
+    runs = runs[: runs.index("</table>")]
+    header = re.findall(r"<th>([^<]*)</th>", runs)
+    rates = [re.findall(r"<td[^>]*>(.*?)</td>", row)[header.index("lr")] for row in runs.split("<tr>")[2:]]
+    assert sorted(rates) == ["0.00075", "0.0015"]

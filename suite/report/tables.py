@@ -18,7 +18,7 @@ from markupsafe import Markup, escape
 from suite.judge.verdicts import evidence_label
 from suite.records import to_dataframe
 from suite.report.frames import REPEAT_TOLERANCE, geometric_means, repeat_spreads
-from suite.report.labels import batch_settings
+from suite.report.labels import batch_settings, optimisation
 
 
 class Cell(NamedTuple):
@@ -154,7 +154,7 @@ def runs_table(records: list[dict], rows: pd.DataFrame, hrefs: list[str], labels
     table = Table(columns, css="runs")
     for record, (_, row), href, label in zip(records, rows.iterrows(), hrefs, labels):
         badge = evidence_label(record["provenance"], record["env"]["device"])
-        values = {**batch_settings(record), **record["variant"]}
+        values = {**batch_settings(record), **optimisation(record), **record["variant"]}
         table.rows.append(
             [
                 text(row["run_id"], href),
