@@ -47,7 +47,7 @@ def test_the_site_index_links_every_page_and_counts_each_verdict(site, tmp_path)
     assert pages - {"index.html"} <= links, sorted(pages - links)
     html = index.read_text()
     row = html[html.index('href="harness/reproductions/sdp-') :].split("</tr>")[0]
-    assert "arXiv 2507.09029" in row  # its paper
+    assert '<a href="https://arxiv.org/abs/2507.09029">arXiv 2507.09029</a>' in row  # its paper, linked
     assert re.search(r"badge-reproduced\">reproduced</span> \d", row)  # each verdict word with its count
 
 

@@ -10,6 +10,7 @@ are found by listing the folder.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -24,6 +25,12 @@ def paper_of(claims: list[Claim]) -> str:
     """The paper most of the claims cite; a reproduction without claims compares runs only."""
     papers = Counter(c.source.paper for c in claims if c.source.paper)
     return papers.most_common(1)[0][0] if papers else "no paper (compares runs only)"
+
+
+def paper_href(paper: str) -> str | None:
+    """The arXiv abstract page of the paper a reproduction cites, where its name carries an arXiv id."""
+    found = re.search(r"arXiv (\d{4}\.\d{4,5})", paper)
+    return f"https://arxiv.org/abs/{found.group(1)}" if found else None
 
 
 def summary(entries: list[dict], n_records: int, n_skipped: int) -> str:
@@ -48,6 +55,7 @@ def _folder(folder: Path, site: Path) -> dict | None:
             {
                 **entry,
                 "href": f"{prefix}/{entry['href']}",
+                "paper_href": paper_href(entry["paper"]),
                 "trends": [(f"{prefix}/{href}", card, words) for href, card, words in entry.get("trends", [])],
                 "run_pages": [(f"{prefix}/{href}", run_id, status) for href, run_id, status in entry["run_pages"]],
             }
