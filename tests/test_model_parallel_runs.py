@@ -175,3 +175,10 @@ def test_compositions_at_4_workers(runs, shared):
         state = sum(r["state_params"] for r in rec["memory"]["per_rank"])
         assert state == pytest.approx(4 * P, rel=0.02)  # each parameter once, padding aside
     assert math.isfinite(d["curve"][-1]["train_loss"])
+
+
+def test_fsdp_tp_prints_no_library_warning_a_user_cannot_act_on(runs):
+    """Issue 45 item 6: FSDP2's view-tensor warning and DTensor's two-all-reduce advice, understood and filtered by
+    name (baselines/compose.py says why), no longer sit between the main job's progress lines."""
+    rec = runs("fsdp-tp", "--nproc", "4", "--tokens", "512", "--set", "micro_batch=2", "--set", "seq_len=64")
+    assert "returned a view tensor" not in rec["_stderr"] and "sequential all_reduce" not in rec["_stderr"]
