@@ -672,7 +672,7 @@ def trend(found: dict, unit: str) -> Chart | None:
     ax.legend(fontsize="x-small", loc="best")
     margins(fig, left=0.85, bottom=0.45, top=0.1)
     caption = (
-        f"The method's advantage over the baseline in {unit} (positive favours the paper's claim) at each point; "
+        f"The method's advantage over the baseline in {unit} (positive: the method ahead) at each point; "
         f"{found['word']}, slope {found['slope']:+.3g} a doubling. The dotted line is the paper's setting."
     )
     return chart(fig, f"The method's advantage along {axis}", caption)
