@@ -73,6 +73,13 @@ SCALAR_LR = LR_PICKED["adamw"]
 COST_LR = {"adamw": 3e-3, "muon": 0.02, "dion": 0.02}
 QUALITY = dict(model="llama-tiny", device="cpu", nproc=1, micro_batch=8, seq_len=128, eval_every=10, log_every=10)
 QUALITY_STEPS, QUALITY_SEEDS, QUALITY_FRACTION = 40, (1, 2, 3), 0.25
+# the quality arms: AdamW, Muon, and Dion at rank QUALITY_FRACTION and at full rank
+QUALITY_ARMS = (
+    ("adamw", {}),
+    ("muon", {}),
+    ("dion", {"rank_fraction": QUALITY_FRACTION}),
+    ("dion", {"rank_fraction": 1.0}),
+)
 # Quality preset (issue 26): stdlib corpus (9.7M training tokens; the longer budget reads 1,000 x 1,024 = 1.0M, 0.11
 # epochs), two budgets a factor 2 apart (a card per budget), one schedule rule for every arm
 LONG = {**QUALITY, "data": "stdlib", "eval_every": 25}
@@ -111,7 +118,7 @@ MATRIX_TUNED = {500: {"muon": 0.025, "dion": 0.025}, 1000: {"muon": 0.0125, "dio
 # carry across width under the standard parametrization, and a tune per width is not in this budget.
 TREND_MODELS = ("llama-tiny-w64", "llama-tiny-w128")
 TREND_STEPS = LONG_STEPS[0]
-TREND_ARMS = (("muon", {}), ("dion", {"rank_fraction": QUALITY_FRACTION}), ("dion", {"rank_fraction": 1.0}))
+TREND_ARMS = QUALITY_ARMS[1:]
 # Wall seconds per step and per evaluation on 2 cores, from the quality runs of results/dion-smoke (medians over
 # seeds; StepCost), by (optimizer, rank fraction)
 QUALITY_COSTS = {
@@ -230,16 +237,11 @@ def picked_runs(
     seeds: tuple[int, ...],
     rates: dict[str, float] = LR_PICKED,
     scalar_lr: float = SCALAR_LR,
+    arms: tuple = QUALITY_ARMS,
 ) -> list[RunConfig]:
-    """The four quality arms at `rates` (by optimizer; Dion's rate serves both of its ranks), the AdamW part of Muon
-    and Dion at `scalar_lr`, `steps` steps of the same tokens each."""
+    """`arms` (the four quality arms) at `rates` (by optimizer; Dion's rate serves both of its ranks), the AdamW part
+    of Muon and Dion at `scalar_lr`, `steps` steps of the same tokens each, seed by seed."""
     budget = {"tokens": _tokens(steps, common["nproc"], common)}
-    arms = [
-        ("adamw", {}),
-        ("muon", {}),
-        ("dion", {"rank_fraction": QUALITY_FRACTION}),
-        ("dion", {"rank_fraction": 1.0}),
-    ]
     return [
         RunConfig(optimizer=o, lr=rates[o], seed=s, variant=_arm(o, v, scalar_lr), **budget, **common)
         for s in seeds
@@ -265,19 +267,17 @@ def trend_runs() -> list[RunConfig]:
     """The half cards' Muon and Dion arms (TREND_ARMS) on each model of TREND_MODELS, narrowest first, as the quality
     preset runs them on llama-tiny: its seeds, steps, schedule rule, corpus and rates at that budget."""
     common = {**LONG, **QUALITY_SCHEDULE.settings(TREND_STEPS)}
-    budget = {"tokens": _tokens(TREND_STEPS, common["nproc"], common)}
     return [
-        RunConfig(
-            optimizer=o,
-            lr=MATRIX_TUNED[TREND_STEPS][o],
-            seed=s,
-            variant=_arm(o, v, ADAMW_TUNED[TREND_STEPS]),
-            **budget,
-            **{**common, "model": model},
-        )
+        cfg
         for model in TREND_MODELS
-        for s in QUALITY_SEEDS
-        for o, v in TREND_ARMS
+        for cfg in picked_runs(
+            {**common, "model": model},
+            TREND_STEPS,
+            QUALITY_SEEDS,
+            MATRIX_TUNED[TREND_STEPS],
+            ADAMW_TUNED[TREND_STEPS],
+            TREND_ARMS,
+        )
     ]
 
 

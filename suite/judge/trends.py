@@ -109,10 +109,10 @@ def trend(points: Sequence[Point], better: str, paper_x: float | None = None, eq
     y = np.array([e.value for e in effects])
     floor = max((e.se for e in effects if e.se > 0), default=1.0) * 1e-6  # a point with no spread weighs the most
     w = 1.0 / np.square(np.maximum([e.se for e in effects], floor))
-    xbar = float(np.sum(w * xs) / np.sum(w))
+    xbar, ybar = float(np.sum(w * xs) / np.sum(w)), float(np.sum(w * y) / np.sum(w))
     sxx = float(np.sum(w * (xs - xbar) ** 2))
     slope = float(np.sum(w * (xs - xbar) * y) / sxx)
-    intercept = float(np.sum(w * y) / np.sum(w)) - slope * xbar
+    intercept = ybar - slope * xbar
     residuals = y - (intercept + slope * xs)
     holds = bool(np.all(np.abs(residuals) <= 2 / np.sqrt(w)))
     dof = len(xs) - 2
@@ -121,7 +121,7 @@ def trend(points: Sequence[Point], better: str, paper_x: float | None = None, eq
     half = z * inflate / math.sqrt(sxx)
     toward = 1.0 if paper_x is None or math.log2(paper_x) >= xbar else -1.0
     if equivalence:  # the claim's side is zero: a negative mean effect rises toward it, a positive one falls
-        toward *= -1.0 if float(np.sum(w * y) / np.sum(w)) > 0 else 1.0
+        toward *= -1.0 if ybar > 0 else 1.0
     if slope - half > 0 or slope + half < 0:
         word = TOWARD if slope * toward > 0 else AWAY
     else:
