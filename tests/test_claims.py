@@ -244,15 +244,46 @@ def _quality_verdict(better: str, method: list[float], baseline: list[float], ma
     )
 
 
+seed_values = st.lists(st.floats(1.0, 3.0, allow_nan=False), min_size=3, max_size=6, unique=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    method=seed_values,
+    baseline=seed_values,
+    test=st.sampled_from(["non-inferiority", "superiority", "equivalence"]),
+    margin=st.floats(0.01, 0.5),
+)
+def test_a_quality_verdicts_interval_never_contradicts_its_word(method, baseline, test, margin):
+    """The interval shown beside a quality verdict (lower is better here) clears the margin on the side the word
+    says: "reproduced" non-inferior lies below +m, superior below -m, equivalent inside (-m, m); "fell short"
+    lies above the boundary it failed; an inconclusive one straddles a boundary."""
+    v = _quality_verdict("lower", method, baseline, margin=margin, test=test)
+    low, high = v.interval
+    assert low <= np.mean(method) - np.mean(baseline) <= high
+    boundaries = {"non-inferiority": (margin,), "superiority": (-margin,)}.get(test, (-margin, margin))
+    straddles = any(low - 1e-9 <= b <= high + 1e-9 for b in boundaries)
+    tol = 1e-9
+    if v.verdict == "reproduced":
+        assert high < boundaries[-1] + tol and low > (-margin if test == "equivalence" else -np.inf) - tol
+    elif v.verdict == "fell short":
+        assert low > (margin if test != "superiority" else -margin) - tol
+    elif v.verdict == "exceeded":
+        assert high < -margin + tol
+    else:
+        assert straddles
+
+
 def test_non_inferiority_uses_one_sided_welch_tests():
     better = _quality_verdict("lower", [2.00, 2.01, 2.02], [2.30, 2.31, 2.29])
     assert better.verdict == "reproduced" and better.p_value < 0.05 and better.baseline == pytest.approx(2.30)
     assert _quality_verdict("lower", [2.30, 2.31, 2.29], [2.00, 2.01, 2.02]).verdict == "fell short"
     noisy = _quality_verdict("lower", [2.0, 2.4, 2.2], [2.1, 2.3, 2.25])
-    assert noisy.verdict == "inconclusive" and "noise: 3 seeds per arm, 95% interval" in noisy.reason
-    # d = -0.0167 +- Welch's t: the interval and the planned seeds follow from the two arms' spread
-    assert "[-0.4302, +0.3969]" in noisy.reason and "about 1132 seeds per arm" in noisy.reason
-    assert "noise: 3 seeds per arm, 95% interval of the difference [-0.4302, +0.3969]" in brief(noisy.reason)
+    assert noisy.verdict == "inconclusive" and "noise: 3 seeds per arm, 90% interval" in noisy.reason
+    # d = -0.0167 +- Welch's t at 95% one-sided: the interval and the planned seeds follow from the arms' spread
+    assert "[-0.3226, +0.2893]" in noisy.reason and "about 1132 seeds per arm" in noisy.reason
+    assert "noise: 3 seeds per arm, 90% interval of the difference [-0.3226, +0.2893]" in brief(noisy.reason)
+    assert noisy.interval == pytest.approx((-0.3226, 0.2893), abs=1e-4)
     # A margin turns "better than" into "no worse than by more than the margin".
     assert _quality_verdict("lower", [2.05, 2.06, 2.04], [2.00, 2.01, 2.02], margin=0.2).verdict == "reproduced"
     assert _quality_verdict("higher", [0.80, 0.81, 0.82], [0.70, 0.71, 0.69]).verdict == "reproduced"

@@ -762,6 +762,8 @@ def _judge_quality(claim: Claim, samples: Samples) -> dict[str, Any]:
     )
     if np.ptp(mine) == 0 and np.ptp(theirs) == 0:
         return {"verdict": "inconclusive", "reason": f"{words}; every seed gives the same value, no test applies"}
+    one_seed = min(len(samples.values), len(samples.baseline)) < 2  # no spread, no interval
+    interval = None if one_seed else difference_interval(samples.values, samples.baseline)
     better = _welch(mine + m, theirs, "less")  # d < -m
     worse = _welch(mine - m, theirs, "greater")  # d > m
     if claim.test == "non-inferiority":
@@ -775,9 +777,26 @@ def _judge_quality(claim: Claim, samples: Samples) -> dict[str, Any]:
         tests = {"reproduced": ok, "exceeded": better, "fell short": worse}
     for word, p in tests.items():
         if p < ALPHA:
-            return {"verdict": word, "reason": f"{words}; Welch p = {p:.3g} < {ALPHA}", "p": p}
+            return {"verdict": word, "reason": f"{words}; Welch p = {p:.3g} < {ALPHA}", "p": p, "interval": interval}
     noise = _noise(mine, theirs, _boundaries(claim.test, m))
-    return {"verdict": "inconclusive", "reason": f"{words}; {noise} (Welch p = {ok:.3g} >= {ALPHA})", "p": ok}
+    reason = f"{words}; {noise} (Welch p = {ok:.3g} >= {ALPHA})"
+    return {"verdict": "inconclusive", "reason": reason, "p": ok, "interval": interval}
+
+
+DIFFERENCE_LEVEL = 1 - 2 * ALPHA  # each one-sided Welch test at ALPHA decides exactly where this interval clears a margin
+
+
+def difference_interval(mine: np.ndarray, theirs: np.ndarray) -> tuple[float, float]:
+    """The DIFFERENCE_LEVEL (90%) Welch interval of mean(mine) - mean(theirs): a quality verdict is "reproduced",
+    "fell short" or "exceeded" exactly where this interval lies beyond the margins its test names, so the interval
+    shown beside a verdict never contradicts it (a 95% interval may straddle a margin a 5% one-sided test cleared)."""
+    from scipy import stats  # on use: see _welch
+
+    d = float(np.mean(mine) - np.mean(theirs))
+    va, vb = np.var(mine, ddof=1) / len(mine), np.var(theirs, ddof=1) / len(theirs)
+    df = (va + vb) ** 2 / (va**2 / (len(mine) - 1) + vb**2 / (len(theirs) - 1))
+    half = float(stats.t.ppf(1 - ALPHA, df) * np.sqrt(va + vb))
+    return d - half, d + half
 
 
 POWER = 0.8  # the power the seed count in an inconclusive verdict is planned for
@@ -789,8 +808,9 @@ def _boundaries(test: str, margin: float) -> tuple[float, ...]:
 
 
 def _noise(mine: np.ndarray, theirs: np.ndarray, boundaries: tuple[float, ...]) -> str:
-    """'noise: n seeds per arm, the 95% Welch interval of d, the seeds per arm that would decide it', in commas: a
-    report's one-line reason keeps what is not in parentheses (glance.brief), and the interval is the result.
+    """'noise: n seeds per arm, the 90% Welch interval of d (difference_interval), the seeds per arm that would
+    decide it', in commas: a report's one-line reason keeps what is not in parentheses (glance.brief), and the
+    interval is the result.
 
     The seeds are planned, not measured: the normal approximation n = 2 s^2 (z_(1-ALPHA) + z_POWER)^2 / delta^2
     for a one-sided test, with s the arms' pooled standard deviation and delta the distance from the measured
@@ -799,11 +819,9 @@ def _noise(mine: np.ndarray, theirs: np.ndarray, boundaries: tuple[float, ...]) 
     from scipy import stats  # on use: see _welch
 
     d = float(np.mean(mine) - np.mean(theirs))
-    va, vb = np.var(mine, ddof=1) / len(mine), np.var(theirs, ddof=1) / len(theirs)
-    df = (va + vb) ** 2 / (va**2 / (len(mine) - 1) + vb**2 / (len(theirs) - 1))
-    half = float(stats.t.ppf(1 - ALPHA / 2, df) * np.sqrt(va + vb))
+    low, high = difference_interval(mine, theirs)
     n = min(len(mine), len(theirs))
-    text = f"noise: {n} seeds per arm, 95% interval of the difference [{d - half:+.4g}, {d + half:+.4g}]"
+    text = f"noise: {n} seeds per arm, {DIFFERENCE_LEVEL:.0%} interval of the difference [{low:+.4g}, {high:+.4g}]"
     delta = min(abs(d - b) for b in boundaries)
     pooled = float(np.sqrt((np.var(mine, ddof=1) + np.var(theirs, ddof=1)) / 2))
     if delta == 0:
