@@ -55,11 +55,20 @@ def differences(committed: Path, rebuilt: Path) -> dict[str, str]:
     return out
 
 
+def machine_folders(name: str) -> list[Path]:
+    """The record folders of one machine's check (results/gpu: a folder per reproduction it ran), which
+    reports/gpu shows apart from the CPU's reports: `python -m suite report results/gpu/* -o reports/gpu`."""
+    return sorted(p for p in (Path("results") / name).iterdir() if p.is_dir() and any(p.glob("*.json")))
+
+
 def rebuild(name: str, out: Path) -> Path:
     """Run pages are named from their record's path as given, so the build reads results/ relative to the root,
     as `reproduce` run from the repository did (the test chdirs there). A report shows every committed plan run
-    of its reproduction (results/NAME-PRESET), as `reproduce` writes it."""
+    of its reproduction (results/NAME-PRESET), as `reproduce` writes it; reports/gpu shows results/gpu's."""
     results = Path("results") / f"{name}-smoke"
+    if not results.is_dir() and (Path("results") / name).is_dir():
+        build_report(machine_folders(name), out)
+        return out
     assert results.is_dir(), f"reports/{name} has no records at results/{name}-smoke to rebuild it from"
     build_report(plan_runs(results, name), out)
     if (own := get_reproduction(name).report) is not None:

@@ -127,6 +127,7 @@ class Verdict:
     # calibrated claims: (setting, the baseline's value there, whether it is within the paper's band)
     calibration: tuple[tuple[str, float, bool], ...] = ()
     parts: tuple[tuple[str, str], ...] = ()  # a compound claim's halves: (claim id, that claim's own verdict)
+    own: str = ""  # a compound claim's own half's verdict (its measured value is that half's); '' for a simple claim
     commits: str = ""  # where the deciding records come from (see commits)
     floor: float | None = None  # a value no seed reached (see _beyond_floors): the mean lies above it
     regime: str = ""  # the paper's regime, with the source of each entry (Claim.regime)
@@ -783,7 +784,9 @@ def _judge_quality(claim: Claim, samples: Samples) -> dict[str, Any]:
     return {"verdict": "inconclusive", "reason": reason, "p": ok, "interval": interval}
 
 
-DIFFERENCE_LEVEL = 1 - 2 * ALPHA  # each one-sided Welch test at ALPHA decides exactly where this interval clears a margin
+DIFFERENCE_LEVEL = (
+    1 - 2 * ALPHA
+)  # each one-sided Welch test at ALPHA decides exactly where this interval clears a margin
 
 
 def difference_interval(mine: np.ndarray, theirs: np.ndarray) -> tuple[float, float]:
@@ -880,6 +883,7 @@ def _compound(claim: Claim, own: dict[str, Verdict]) -> Verdict:
         verdict=word,
         reason=reason,
         parts=parts,
+        own=mine.verdict,
         outside=outside,
         at="; ".join(dict.fromkeys(v.at for v in [mine, *(v for _, v in halves_of)] if v.at)),
         paper_verdict="not testable here" if outside else word,

@@ -26,9 +26,9 @@ from suite.errors import UsageError
 from suite.judge.claims import Claim, ClaimsError, claims_for
 from suite.judge.verdicts import judge_all, trend_words
 from suite.records import load_records
-from suite.report import figures, site
+from suite.report import figures, site, summary
 from suite.report.figures import Chart
-from suite.report.pages import Reproduction, index_context, reproduction_context, run_context
+from suite.report.pages import Reproduction, hardware, index_context, reproduction_context, run_context
 from suite.report.tables import Table, css_token, html
 
 UNASSIGNED = "(no reproduction)"
@@ -171,7 +171,9 @@ def _summary_entry(repro: Reproduction, run_files: dict[int, str]) -> dict:
         "name": repro.name,
         "href": repro.href,
         "paper": site.paper_of([c for c, _ in repro.verdicts]),
+        "hardware": hardware(repro.records),
         "counts": repro.counts,
+        "decided": summary.decided(repro.verdicts, repro.href),
         "claims_error": repro.claims_error,
         "trends": [
             (f"{repro.href}#claim-{css_token(c.id)}", c.id, trend_words(v.trend).removeprefix("; "))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -240,22 +241,24 @@ def throughput_ratios(records: list[dict], labels: list[str]) -> tuple[pd.DataFr
         json.dumps(r["variant"], sort_keys=True) for r in records if r["method"] == reference and r["baseline"]
     )
     plain = min(variants, key=lambda v: (len(json.loads(v)), -variants[v], v)) if variants else None
+    several_plans = len({r.get("_folder") for r in records}) > 1
     rows = [
         {
             "arm": label,
             "reference": r["method"] == reference and json.dumps(r["variant"], sort_keys=True) == plain,
-            "config": config(r),
+            "config": f"{plan(r)}: {config(r)}" if several_plans else config(r),
             "tokens_per_s": r["throughput"]["tokens_per_s"],
             "cpu_step_s": r["throughput"].get("cpu_step_s_median") or np.nan,
+            "load": load(r),
         }
         for r, label in zip(records, labels)
         if r["status"] == "complete" and r["throughput"]["tokens_per_s"]
     ]
-    columns = ["arm", "config", "ratio", "cpu_ratio"]
+    columns = ["arm", "config", "ratio", "cpu_ratio", "load", "reference_load"]
     if reference is None or not rows:
         return pd.DataFrame(columns=columns), reference
     runs = pd.DataFrame(rows)
-    timed = ["tokens_per_s", "cpu_step_s"]
+    timed = ["tokens_per_s", "cpu_step_s", "load"]
     base = runs[runs["reference"]].groupby("config")[timed].median()
     medians = runs[~runs["reference"]].groupby(["arm", "config"], sort=False)[timed].median().reset_index()
     medians = medians[medians["config"].isin(base.index)]
@@ -263,7 +266,20 @@ def throughput_ratios(records: list[dict], labels: list[str]) -> tuple[pd.DataFr
         return pd.DataFrame(columns=columns), reference
     medians["ratio"] = medians["tokens_per_s"] / medians["config"].map(base["tokens_per_s"])
     medians["cpu_ratio"] = medians["config"].map(base["cpu_step_s"]) / medians["cpu_step_s"]
+    medians["reference_load"] = medians["config"].map(base["load"])
     return medians[columns].reset_index(drop=True), reference
+
+
+def plan(record: dict) -> str:
+    """The plan run a record comes from (its results folder): time ratios divide runs of one plan run only, which
+    ran on one commit under one stretch of the machine's load."""
+    return Path(record.get("_folder") or "(no folder)").name
+
+
+def load(record: dict) -> float:
+    """The machine's 1-minute load average over a run (the mean of set-up's and the record's), NaN if unknown."""
+    found = (record.get("timing") or {}).get("load_average")
+    return float(np.mean(found)) if found else np.nan
 
 
 def geometric_means(ratios: pd.DataFrame, column: str = "ratio") -> pd.Series:

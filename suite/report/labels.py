@@ -13,6 +13,7 @@ import json
 import re
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import PurePath
 
 from suite.arms import arm_of
 
@@ -60,6 +61,7 @@ def key(record: dict) -> str:
 
 
 SETTINGS = {"micro_batch": "mb", "seq_len": "seq", "grad_accum": "accum"}  # and how a label names them
+VARIANTS = {"rank_fraction": "rank"}  # method parameters a label names shorter
 # optimisation settings a label names where they vary on a page; the optimizer itself follows the method's
 # name wherever a page has more than one ("ddp dion rank_fraction=0.25 lr=0.01")
 OPTIMISATION = {"lr": "lr", "lr_decay": "decay", "warmup_steps": "warmup"}
@@ -77,7 +79,16 @@ def optimizer_of(record: dict) -> str | None:
     return (record.get("settings") or {}).get("optimizer") or record["variant"].get("optimizer")
 
 
+def _methods(records: list[dict]) -> list[str]:
+    return list(dict.fromkeys(r["method"] for r in records))
+
+
+def _zip(firsts: dict[str, dict], labels: dict[str, str]) -> list[tuple[str, tuple[dict, str]]]:
+    return [(k, (firsts[k], labels[k])) for k in firsts]
+
+
 def _with_optimizer(label: str, record: dict) -> str:
+    """The optimizer after the method, where one method runs with several on the page ("ddp dion lr=0.01")."""
     head, _, rest = label.partition(" ")
     return " ".join(w for w in (head, optimizer_of(record) or "", rest) if w)
 
@@ -91,11 +102,53 @@ def _value(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
+def _compact(value: object) -> str:
+    """A number as a label shows it: three significant digits (a learning rate of 0.00023180194846605365 reads
+    2.32e-04); other values as _value."""
+    return f"{value:.3g}" if isinstance(value, float) else _value(value)
+
+
+SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+
+
+def budget(record: dict) -> str | None:
+    """The run's budget in a few characters ("786k tokens", "1.2P flops"); None where the protocol has none (a
+    microbenchmark, a run to a target)."""
+    protocol = record["protocol"]
+    amount = protocol.get("budget")
+    if not amount:
+        return None
+    scale, prefix = next(((s, p) for s, p in SI if amount >= s), (1, ""))
+    return f"{amount / scale:.3g}{prefix} {BUDGET_WORDS.get(protocol['kind'], protocol['kind'])}"
+
+
+BUDGET_WORDS = {"tokens": "tok", "flops": "FLOP", "time": "s"}  # short: a label has LABEL_LIMIT characters
+
+
+def plan(record: dict) -> str | None:
+    """The plan run a record comes from, by its results folder less the reproduction's name ("quality" for
+    results/merging-quality); None for a record read from no folder."""
+    folder = PurePath(record.get("_folder") or "").name
+    return folder.removeprefix(f"{record['reproduction']}-") or None
+
+
+def _init(record: dict) -> str | None:
+    """The checkpoint a run starts from, by its file's stem ("from base-s0"); None for a run from scratch."""
+    path = (record.get("settings") or {}).get("init_from")
+    return f"from {PurePath(path).stem}" if path else None
+
+
 def _dims(record: dict) -> dict[str, object]:
+    """Every setting a label may name. The corpus names a merge's fine-tuning task (its data is the task's) and the
+    budget the plan an arm comes from (a preset's budget): arms alike but for these are not the same arm."""
     return {
         **{f"variant.{k}": v for k, v in record["variant"].items() if k != "optimizer"},
         **{f"setting.{k}": v for k, v in batch_settings(record).items()},
         **{f"setting.{k}": v for k, v in optimisation(record).items()},
+        "setting.data": record["data"].get("name"),
+        "setting.budget": budget(record),
+        "setting.init": _init(record),
+        "setting.plan": plan(record),
         "model": record["model"]["name"],
         "world size": record["parallel"]["world_size"],
         "protocol": record["protocol"]["kind"],
@@ -174,8 +227,8 @@ def _label(record: dict, names: dict[str, str], spelled: bool) -> str:
     """`names`: the dimensions to name and their default value, which a short label leaves out."""
     dims, head, parts = _dims(record), record["method"], []
     for name, default in names.items():
-        value, short = dims.get(name), name.removeprefix("variant.")
-        short = {**SETTINGS, **OPTIMISATION}.get(short.removeprefix("setting."), short)
+        value, short = dims.get(name), name.split(".", 1)[-1]
+        short = {**SETTINGS, **OPTIMISATION, **VARIANTS}.get(short, short)
         usual = _value(value) == default and not spelled
         numeric = isinstance(value, (int, float)) and not isinstance(value, bool) and name.startswith("variant.")
         if value is None or usual and not numeric and not isinstance(value, bool):
@@ -185,10 +238,10 @@ def _label(record: dict, names: dict[str, str], spelled: bool) -> str:
             parts.append("" if model == record["method"] else model)
         elif name == "world size":
             parts.append(f"n{value}")
-        elif name == "protocol":
-            parts.append(PROTOCOL_WORDS.get(str(value), f"to {value}"))
+        elif name == "protocol":  # a budget named in its unit ("12.5T FLOP") names its protocol too
+            parts.append("" if budget(record) in parts else PROTOCOL_WORDS.get(str(value), f"to {value}"))
         elif spelled:
-            parts.append(f"{short}={_value(value)}")
+            parts.append(f"{short}={_compact(value)}")
         elif default == PRESENT and not isinstance(value, (bool, str)):
             parts.append(short)
         elif isinstance(value, bool):
@@ -197,7 +250,7 @@ def _label(record: dict, names: dict[str, str], spelled: bool) -> str:
         elif isinstance(value, str):
             parts.append("" if value.lower() in OFF else value)
         else:
-            parts.append(f"{short}={_value(value)}")
+            parts.append(f"{short}={_compact(value)}")
     return " ".join([head, *[p for p in parts if p]])
 
 
@@ -260,8 +313,10 @@ def arms(records: list[dict]) -> dict[str, Arm]:
     for prune, spelled in ((True, False), (False, False), (False, True)):  # the shortest labels that tell apart
         shown = _shown(records, prune)
         labels = {k: _label(r, shown[r["method"]], spelled) for k, r in firsts.items()}
-        if len({optimizer_of(r) for r in records}) > 1:
-            labels = {k: _with_optimizer(label, firsts[k]) for k, label in labels.items()}
+        several = {m for m in _methods(records) if len({optimizer_of(r) for r in records if r["method"] == m}) > 1}
+        labels = {
+            k: _with_optimizer(label, r) if r["method"] in several else label for k, (r, label) in _zip(firsts, labels)
+        }
         if len(set(labels.values())) == len(labels):
             break
     else:  # something outside the dimensions differs: number them

@@ -23,7 +23,7 @@ from suite.judge.verdicts import (
     trend_words,
 )
 from suite.records import to_dataframe
-from suite.report import figures, frames, glance, tables
+from suite.report import figures, frames, glance, summary, tables
 from suite.report import labels as armlib
 from suite.report.estimates import estimates_beside, unmeasured_table
 from suite.report.figures import Chart
@@ -118,10 +118,21 @@ def _ours(verdict: Verdict, unit: str) -> str:
     return f"{_measured(verdict, unit)} against {fmt_number(verdict.baseline)}"
 
 
+def hardware(records: list[dict]) -> str:
+    """What the measured runs ran on, by device and its name ("cpu (AMD EPYC)", "cuda (NVIDIA H200)"): a folder's
+    records come from one kind of machine, so its time ratios never divide one machine's time by another's."""
+    found = {
+        f"{r['env']['device']} ({r['env'].get('device_name') or '?'})" for r in records if r["provenance"] == "measured"
+    }
+    return ", ".join(sorted(found)) or "no measured runs"
+
+
 def index_context(repros: list[Reproduction], skipped: list[tuple[str, str]], n_records: int) -> dict:
     judged = [r.name for r in repros if r.verdicts] or [r.name for r in repros]
+    on = hardware([rec for r in repros for rec in r.records])
     return {
-        "title": f"Reproduction report: {', '.join(judged) or 'no runs'}",  # a folder's index names what it judges
+        # a folder's index names what it judges and on what hardware
+        "title": f"Reproduction report: {', '.join(judged) or 'no runs'}, measured on {on}",
         "root": "",
         "n_records": n_records,
         "skipped": skipped,
@@ -138,6 +149,9 @@ def index_context(repros: list[Reproduction], skipped: list[tuple[str, str]], n_
                 "glance": r.glance,
                 "unsteady": r.unsteady,
                 "claims": claim_rows(r, r.href) if r.verdicts else None,
+                "summary": summary.summarize(r.verdicts, r.href),
+                # a folder that judges claims shows them; one that judges none (the baselines) its comparison
+                "comparison": None if any(x.verdicts for x in repros) else comparison(r),
             }
             for r in repros
         ],
@@ -167,6 +181,7 @@ def reproduction_context(repro: Reproduction, run_hrefs: dict[int, str], records
         "claims_error": repro.claims_error,
         "counts": repro.counts,
         "origin": origin_badge(repro.origin),
+        "summary": summary.summarize(repro.verdicts),
         "numbers": arm_numbers(repro),
         "unsteady": repro.unsteady,
         "glance": repro.glance,
@@ -224,6 +239,26 @@ def arm_table(repro: Reproduction) -> Table:
             ]
         )
     return table
+
+
+def comparison(repro: Reproduction) -> dict | None:
+    """What a folder index shows of a reproduction with no claims (the baselines): the numbers per arm that its
+    `reproduce` prints, and the measured runs' memory, bytes and speed drawn; None where it has claims."""
+    if repro.verdicts or not repro.records:
+        return None
+    measured = [r for r in repro.records if r["provenance"] == "measured" and r["status"] == "complete"]
+    charts = []
+    if measured:
+        names = [repro.label(r) for r in measured]
+        label = _label(measured[0])
+        ratios, reference = frames.throughput_ratios(measured, names)
+        unsteady = frames.unsteady(measured, names)
+        charts = [
+            figures.memory_bars(frames.memory(measured, names), label),
+            figures.comm_bytes(frames.comm(measured, names), label),
+            figures.throughput(ratios, reference, label, repro.colours, unsteady) if reference else None,
+        ]
+    return {"numbers": arm_numbers(repro), "charts": [c for c in charts if c is not None]}
 
 
 def _section(repro: Reproduction, label: str, records: list[dict], hrefs: list[str]) -> dict:

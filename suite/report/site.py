@@ -56,7 +56,15 @@ def _folder(folder: Path, site: Path) -> dict | None:
                 **entry,
                 "href": f"{prefix}/{entry['href']}",
                 "paper_href": paper_href(entry["paper"]),
+                "hardware": entry.get("hardware", "not recorded"),  # a folder written before it was kept
                 "trends": [(f"{prefix}/{href}", card, words) for href, card, words in entry.get("trends", [])],
+                "decided": {
+                    title: [
+                        (side, [(f"{prefix}/{href}", card, short) for href, card, short in cards])
+                        for side, cards in sides
+                    ]
+                    for title, sides in entry.get("decided", [])
+                },
                 "run_pages": [(f"{prefix}/{href}", run_id, status) for href, run_id, status in entry["run_pages"]],
             }
             for entry in data["reproductions"]

@@ -230,16 +230,18 @@ def spread_cell(spread: float | None) -> Cell:
 def throughput_table(ratios: pd.DataFrame, badge: str) -> Table:
     """One row per arm and configuration, by wall time and by CPU time; an arm's geometric means only where it
     ran several configurations."""
-    table = Table(["arm", "configuration", "tokens/s ratio (wall)", "CPU s/step ratio (reference's ÷ arm's)"])
+    columns = ["arm", "configuration", "tokens/s ratio (wall)", "CPU s/step ratio (reference's ÷ arm's)"]
+    table = Table([*columns, "load (arm's / reference's)"])
     several = ratios.groupby("arm", sort=False)["config"].nunique()
     for _, row in ratios.iterrows():
-        table.rows.append(
-            [text(row["arm"]), text(row["config"]), number(row["ratio"], badge=badge), number(row["cpu_ratio"])]
-        )
+        loads = f"{fmt_number(row['load'])} / {fmt_number(row['reference_load'])}"
+        ratio, cpu_ratio = number(row["ratio"], badge=badge), number(row["cpu_ratio"])
+        table.rows.append([text(row["arm"]), text(row["config"]), ratio, cpu_ratio, text(loads)])
     wall, cpu = geometric_means(ratios), geometric_means(ratios.dropna(subset=["cpu_ratio"]), "cpu_ratio")
     for arm, value in wall.items():
         if several.get(arm, 0) > 1:
-            table.rows.append([text(arm), text("geometric mean"), number(value, badge=badge), number(cpu.get(arm))])
+            mean = [text(arm), text("geometric mean"), number(value, badge=badge), number(cpu.get(arm)), text("")]
+            table.rows.append(mean)
     return table
 
 
