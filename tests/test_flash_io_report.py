@@ -96,6 +96,16 @@ def test_summary_fits_and_page(results, tmp_path):
     assert json.loads((tmp_path / "io-summary.json").read_text())["paper"]["standard_gb"] == 40.3
 
 
+def test_times_on_other_hardware_sit_beside_the_papers_never_divided_by_them(results):
+    """Counts divide by the paper's (a count does not depend on the machine); this machine's CPU time over the
+    paper's A100 time would measure the machines, so the time table has no ratio column."""
+    summary = report.summarize(load_records(results)[0])
+    counts, times = report.paper_table(summary), report.runtime_table(summary)
+    assert "ours ÷ paper" in counts.columns and {row[-1].text for row in counts.rows} == {"counted"}
+    assert times.rows and not any("÷ paper" in c or "ratio" in c for c in times.columns)
+    assert summary["runtime_gpt2"]["device_name"] in times.columns[-1]
+
+
 def test_claim_metrics_read_micro_rows(results):
     records, _ = load_records(results)
     df = claim_frame(records)
