@@ -875,8 +875,11 @@ def _compound(claim: Claim, own: dict[str, Verdict]) -> Verdict:
     outside = "; ".join(f"{p}: {v.outside}" for p, v in [(claim.id, mine), *halves_of] if v.outside)
     if outside:
         word = SMALL_SCALE.get(word, word)
-    halves = "; ".join(f"{p}: {v.word_at}" for p, v in halves_of)
-    reason = f"a compound claim, the weakest half decides: this card's half {mine.verdict} ({mine.reason}); {halves}"
+    # each half's word with its scale outside parentheses: a one-line reason (glance.brief) drops asides
+    halves = "; ".join(f"{p}: {_word_at_scale(v)}" for p, v in halves_of)
+    reason = (
+        f"a compound claim, the weakest half decides: this card's half {_word_at_scale(mine)} ({mine.reason}); {halves}"
+    )
     commits = [(p, v.commits) for p, v in [(claim.id, mine), *halves_of] if v.commits]
     return replace(
         mine,
@@ -889,6 +892,11 @@ def _compound(claim: Claim, own: dict[str, Verdict]) -> Verdict:
         paper_verdict="not testable here" if outside else word,
         commits=_joint_origin(commits),
     )
+
+
+def _word_at_scale(verdict: Verdict) -> str:
+    """'does not hold at small scale, at llama-tiny 3.1M, 4 workers, cpu'; the word alone in the paper's regime."""
+    return f"{verdict.verdict}, at {verdict.at}" if verdict.small_scale and verdict.at else verdict.verdict
 
 
 def _joint_origin(commits: list[tuple[str, str]]) -> str:

@@ -155,6 +155,11 @@ def _dims(record: dict) -> dict[str, object]:
     }
 
 
+def _shown_value(value: object) -> str:
+    """A setting's value in the runs table's column of it: unset as a dash."""
+    return "—" if value is None else _compact(value)
+
+
 def _varies(records: list[dict], name: str) -> bool:
     return len({_value(_dims(r).get(name)) for r in records}) > 1
 
@@ -333,7 +338,7 @@ def arms(records: list[dict]) -> dict[str, Arm]:
             labels[k],
             colour,
             describe(r),
-            {c.split(".", 1)[1]: _value(_dims(r).get(c, "—")) for c in columns},
+            {c.split(".", 1)[1]: _shown_value(_dims(r).get(c)) for c in columns},
             dash,
         )
         for (k, r), (colour, dash) in zip(firsts.items(), styles)

@@ -18,7 +18,7 @@ from markupsafe import Markup, escape
 from suite.judge.verdicts import evidence_label
 from suite.records import to_dataframe
 from suite.report.frames import REPEAT_TOLERANCE, geometric_means, repeat_spreads
-from suite.report.labels import batch_settings, optimisation
+from suite.report.labels import key as arm_key
 
 
 class Cell(NamedTuple):
@@ -128,7 +128,11 @@ def text(value: Any, href: str | None = None) -> Cell:
 def runs_table(records: list[dict], rows: pd.DataFrame, hrefs: list[str], labels: list[str], page: Any) -> Table:
     """One row per run; `rows` are its summary rows (suite.records.to_dataframe) in the same order, `labels`
     their arms; the variant parameters that vary on the page are columns of their own."""
-    varying = list(next(iter(page.arms.values())).varying) if page.arms else []
+    # the settings that vary on the page and have a value in this table (a microbenchmark has no budget)
+    mine = [page.arms[arm_key(r)].varying for r in records]
+    varying = [
+        k for k in (next(iter(page.arms.values())).varying if page.arms else []) if any(v[k] != "—" for v in mine)
+    ]
     columns = [
         "run",
         "arm",
@@ -154,7 +158,7 @@ def runs_table(records: list[dict], rows: pd.DataFrame, hrefs: list[str], labels
     table = Table(columns, css="runs")
     for record, (_, row), href, label in zip(records, rows.iterrows(), hrefs, labels):
         badge = evidence_label(record["provenance"], record["env"]["device"])
-        values = {**batch_settings(record), **optimisation(record), **record["variant"]}
+        values = page.arms[arm_key(record)].varying
         table.rows.append(
             [
                 text(row["run_id"], href),
