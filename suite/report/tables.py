@@ -50,9 +50,23 @@ def badge(label: str, css: str | None = None) -> str:
     return f'<span class="badge badge-{escape(css or css_token(label))}">{escape(label)}</span>'
 
 
+def sort_key(value: str | float) -> str:
+    """A cell's sort key as data-sort writes it: a whole number without its ".0" (the page's script reads both alike)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return str(value)
+
+
 def _cell(cell: Cell) -> str:
     number_class = ' class="num"' if isinstance(cell.sort, Number) else ""  # the page's script sorts it numerically
-    out = f'<td{number_class} data-sort="{escape(cell.sort)}">'
+    key = sort_key(cell.sort)
+    # the script sorts a cell without data-sort by its visible text: a key that repeats it is left out (most cells
+    # of a run page's field tables), one that differs ("" for "—", bytes for "12 MiB", a badge after the text) stays
+    alone = not cell.badge or cell.text == cell.badge or cell.text.startswith(f"{cell.badge} (")
+    if alone and key == cell.text == cell.text.strip():
+        out = f"<td{number_class}>"
+    else:
+        out = f'<td{number_class} data-sort="{escape(key)}">'
     if cell.colour:
         dash = f" swatch-{escape(cell.dash)}" if cell.dash != "solid" else ""
         out += f'<span class="swatch{dash}" style="background:{escape(cell.colour)}"></span>'
