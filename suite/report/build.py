@@ -31,7 +31,7 @@ from suite.records import load_records
 from suite.report import figures, site
 from suite.report.figures import Chart
 from suite.report.pages import Reproduction, index_context, reproduction_context, run_context
-from suite.report.tables import Table, css_token, html
+from suite.report.tables import Table, css_token, fields_html, html
 
 UNASSIGNED = "(no reproduction)"
 
@@ -47,6 +47,7 @@ def _templates() -> jinja2.Environment:
     )
     env.filters["css_token"] = css_token
     env.globals["table_html"] = html
+    env.globals["fields_html"] = fields_html
     source = env.loader.get_source(env, "sort.js")[0]
     # inlined without its comment lines and indentation: every page carries it
     script = "\n".join(line.strip() for line in source.splitlines() if not line.lstrip().startswith("//"))
@@ -54,7 +55,7 @@ def _templates() -> jinja2.Environment:
     env.globals["script"] = Markup(script)
     # 'self' admits the folder's stylesheet from disk (Chromium matches file: URLs to a file: page's 'self'); the
     # script stays inline, pinned by its hash: 'self' would admit any script file on the disk
-    env.globals["csp"] = (
+    env.globals["csp"] = Markup(  # a constant with no double quote: safe in the attribute as it is
         f"default-src 'none'; img-src data:; style-src 'self' 'unsafe-inline'; "
         f"script-src 'sha256-{digest}'; base-uri 'none'; form-action 'none'"
     )
