@@ -159,7 +159,8 @@ def test_values_from_records_are_escaped_everywhere(site):
 def test_pages_forbid_outside_resources_and_foreign_scripts(site):
     policy = Page(site / "index.html").policy
     assert "default-src 'none'" in policy and re.search(r"script-src 'sha256-[A-Za-z0-9+/=]+'", policy)
-    assert "unsafe-inline" not in policy.split("script-src")[1].split(";")[0]
+    # the page's own script alone: no 'unsafe-inline', no 'self' (which, on a file: page, admits any file on disk)
+    assert re.fullmatch(r" 'sha256-[A-Za-z0-9+/=]+'", policy.split("script-src")[1].split(";")[0])
 
 
 def test_figures_are_inline_svg_with_text_and_a_title(site):

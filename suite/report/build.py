@@ -1,8 +1,11 @@
-"""Turn run records into a self-contained HTML site: index.html, one page per reproduction, one per run.
+"""Turn run records into an HTML site: index.html, one page per reproduction, one per run, and their stylesheet.
 
-Pages open from disk with no network: CSS, the table-sorting script and the figures (SVG with real text)
-are inlined, and a Content-Security-Policy forbids loading anything else and runs only the page's own script
-(pinned by its hash), so a value from a record can never execute even if it slipped past escaping.
+Pages open from disk with no network. The table-sorting script and the figures (SVG with real text, compacted by
+compact.py) are inlined; a folder's pages share its style.css; a run page links its record's file, relative to the
+page, where the build read it (the record is committed under results/, so the page repeats none of it; a record
+held only in memory is written into its page). A Content-Security-Policy forbids loading anything else and runs
+only the page's own script (pinned by its hash), so a value from a record can never execute even if it slipped
+past escaping. The site index (site.py) and a reproduction's own pages (render_page) carry their style inline.
 """
 
 from __future__ import annotations
