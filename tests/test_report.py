@@ -159,7 +159,8 @@ def test_values_from_records_are_escaped_everywhere(site):
 def test_pages_forbid_outside_resources_and_foreign_scripts(site):
     policy = Page(site / "index.html").policy
     assert "default-src 'none'" in policy and re.search(r"script-src 'sha256-[A-Za-z0-9+/=]+'", policy)
-    assert "unsafe-inline" not in policy.split("script-src")[1].split(";")[0]
+    # the page's own script alone: no 'unsafe-inline', no 'self' (which, on a file: page, admits any file on disk)
+    assert re.fullmatch(r" 'sha256-[A-Za-z0-9+/=]+'", policy.split("script-src")[1].split(";")[0])
 
 
 def test_figures_are_inline_svg_with_text_and_a_title(site):
@@ -284,7 +285,8 @@ def test_every_link_resolves_to_a_file_and_anchor(site):
             assert not parts.scheme and not parts.netloc, f"{path.name} links outside: {link}"
             target = (path.parent / unquote(parts.path)).resolve() if parts.path else path
             assert target.is_file(), f"{path.name}: {link}"
-            assert site.resolve() in target.parents or target == site.resolve().parent / "index.html"
+            inside = site.resolve() in target.parents or target == site.resolve().parent / "index.html"
+            assert inside or target.suffix == ".json", f"{path.name} links outside the site: {link}"  # a record
             if parts.fragment:
                 assert parts.fragment in Page(target).ids, f"{path.name}: {link}"
 
@@ -292,7 +294,7 @@ def test_every_link_resolves_to_a_file_and_anchor(site):
 def test_run_page_shows_curve_memory_ledger_and_environment(site):
     html = page_of(site, "runs", "sdp-ddp-s1-measured").read_text()
     for text in [
-        "Loss curve",
+        "the 8 recorded point(s) of its loss curve",
         "Memory per rank",
         "MemTracker",
         "Communication ledger (8 steps)",
@@ -306,8 +308,6 @@ def test_run_page_shows_curve_memory_ledger_and_environment(site):
         "python -m suite run ddp --seed 1",
     ]:
         assert text in html, text
-    curve = html[html.index("Loss curve") : html.index("Memory per rank")]
-    assert curve.count("<tr>") == 1 + 8  # header and one row per step
 
 
 def test_a_claim_that_cannot_be_judged_is_reported_on_the_page(tmp_path):

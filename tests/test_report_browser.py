@@ -2,8 +2,8 @@
 
 A probe script is put first in <head> of a copy of each page (before the page's Content-Security-
 Policy, which would refuse it later in the document). It records script errors, console errors,
-refused resources, failed images and alert() calls into attributes of <html>, which --dump-dom
-prints once the page has loaded. It also measures every text of every figure as laid out: longer than
+refused resources, failed images, alert() calls and whether the stylesheet styled the page into attributes of
+<html>, which --dump-dom prints once the page has loaded. It also measures every text of every figure as laid out: longer than
 40 characters, ending cut ("…"), reaching outside its figure or overlapping another text is a problem; a page
 wider than the window, a glance or numbers table wider than its column, or a glance row without its paper
 value, our value (where its verdict judged one), direction, verdict and reason is one too. Every committed page
@@ -73,6 +73,7 @@ PROBE = """<script>
   }
   window.addEventListener("load", function () {
     root.setAttribute("data-loadms", Math.round(performance.now()));
+    root.setAttribute("data-styled", getComputedStyle(document.body).backgroundColor);
     root.setAttribute("data-texts", JSON.stringify(figures()));
     var images = Array.prototype.slice.call(document.images);
     root.setAttribute("data-images", images.length);
@@ -133,12 +134,18 @@ def chromium(tmp: Path, *args: str, budget: bool = True) -> subprocess.Completed
         shutil.rmtree(profile, ignore_errors=True)
 
 
-def probe(page: Path, tmp: Path, budget: bool = True) -> dict[str, str]:
+def probe(page: Path, tmp: Path, budget: bool = True, slipped: str = "") -> dict[str, str]:
     """Load a probed copy of `page` and read the probe's attributes. The copy is written under `tmp`, never beside a
-    committed page: a page loads nothing by path (its policy allows data: images only), so it reads the same there.
-    Without the virtual time budget, the load time is the real one."""
-    copy = tmp / f"probed-{page.name}"
-    copy.write_text(page.read_text().replace("<head>", "<head>" + PROBE, 1))
+    committed page: a page loads nothing by path but its folder's stylesheet (its policy allows data: images and
+    that), which is copied to the same place relative to the copy, so the page reads the same there. `slipped` is
+    markup put at the start of <main>, as if it had slipped past escaping. Without the virtual time budget, the
+    load time is the real one."""
+    copy = tmp / "pages" / f"probed-{page.name}"
+    copy.parent.mkdir(exist_ok=True)
+    text = page.read_text()
+    for href in re.findall(r'<link rel="stylesheet" href="([^"]+)">', text):
+        shutil.copy(page.parent / href, copy.parent / href)
+    copy.write_text(text.replace("<head>", "<head>" + PROBE, 1).replace("<main>", "<main>" + slipped, 1))
     try:
         dom = chromium(tmp, "--dump-dom", copy.as_uri(), budget=budget).stdout
     finally:
@@ -175,9 +182,13 @@ def sdp_site(tmp_path_factory) -> Path:
     return build_report_for(records, skipped, tmp_path_factory.mktemp("sdp-site")).parent
 
 
+STYLED = "rgb(250, 251, 252)"  # the body's background in style.css: the stylesheet was read and applied
+
+
 def assert_reads_well(state: dict[str, str]) -> None:
     assert state.get("probed") == "yes", state
     assert json.loads(state.get("problems", "[]")) == []
+    assert state["styled"] == STYLED, "the page's stylesheet did not load"
     assert json.loads(state.get("texts", "[]")) == []
     assert state["loaded"] == state["images"]
     assert json.loads(state["wide"]) == [], "wider than the window"
@@ -209,6 +220,24 @@ def test_hostile_record_runs_no_script(site, tmp_path):
     run = next(p for p in (site / "runs").glob("*.html") if "alert(1)" in p.read_text())
     state = probe(run, tmp_path)
     assert state.get("probed") == "yes" and json.loads(state.get("problems", "[]")) == []
+
+
+def test_the_policy_refuses_a_script_slipped_into_a_committed_page(tmp_path):
+    """Were escaping to fail, a script in the page or a script file beside it (on disk, where a file: page's 'self'
+    reaches) would not run: the policy admits the page's own script alone, by its hash. The folder's stylesheet
+    still styles the page and the page's own script still sorts its runs table."""
+    page = next(REPORTS.glob("baselines/reproductions/*.html"))
+    (tmp_path / "pages").mkdir()
+    (tmp_path / "pages" / "slipped.js").write_text('alert("a script file ran")')
+    slipped = '<script>alert("an inline script ran")</script><script src="slipped.js"></script>'
+    state = probe(page, tmp_path, slipped=slipped)
+    problems = json.loads(state["problems"])
+    assert not [p for p in problems if p.startswith("alert")], problems
+    # Chromium names a refused file by its scheme alone
+    assert {"refused: script-src-elem inline", "refused: script-src-elem file"} <= set(problems), problems
+    assert state["styled"] == STYLED
+    seeds = state["ascending"].split(",")
+    assert len(seeds) > 1 and seeds == sorted(seeds, key=float), state["ascending"]
 
 
 def test_the_sdp_page_is_small_fast_and_legible(sdp_site, tmp_path_factory):
@@ -266,5 +295,6 @@ def test_no_committed_page_is_wider_than_its_window_and_every_glance_row_says_it
     assert {"index.html", "io.html", "reproductions", "runs"} <= kinds and (REPORTS / "index.html") in COMMITTED
     state = probe(page, tmp_path)
     assert state.get("probed") == "yes", state
+    assert state["styled"] == STYLED, f"{page.name}: its stylesheet did not load"
     assert json.loads(state["wide"]) == [], f"{page.name} is wider than the window, or its glance or numbers table"
     assert json.loads(state["bare"]) == [], "glance rows without their numbers or reason"

@@ -18,7 +18,7 @@ from suite.records import load_records
 from suite.report import build_report_for, build_site, frames
 from suite.report.glance import COLOURS, SHOWN
 from suite.report.labels import PALETTE
-from suite.report.tables import fmt_bytes
+from suite.report.tables import Cell, Table, fields_html, fmt_bytes, html, mapping_table, number, text
 from tests.report_fixtures import built_study, make_record, study, write_records
 from tests.test_report import Page
 
@@ -55,7 +55,7 @@ def test_every_folder_page_links_the_site_index_not_itself(site, tmp_path):
     index = _site_index(site, tmp_path)
     folder = index.parent / "harness"
     for page in [folder / "index.html", *folder.glob("reproductions/*.html"), *list(folder.glob("runs/*.html"))[:3]]:
-        first = Page(page).links[0]
+        first = next(link for link in Page(page).links if not link.endswith(".css"))  # after the stylesheet
         assert (page.parent / first).resolve() == index.resolve(), (page, first)
 
 
@@ -75,9 +75,22 @@ def _run_page(site: Path, prefix: str) -> str:
 def test_a_run_page_draws_its_losses_and_shows_no_raw_dict(site):
     html = _run_page(site, "sdp-ddp-s1-measured")
     assert "<title>Loss against step (measured (cpu))</title>" in html
-    fields = html[html.index('<div class="fields">') : html.index("<h2>Loss curve")]
+    fields = html[html.index('<div class="fields">') : html.index("<h2>Memory per rank")]
     assert "{&#34;" not in fields and "{&quot;" not in fields, "a nested section shown as a raw dict"
     assert "groups" in fields and "name=dp tier=intra-node size=2" in fields
+
+
+def test_a_run_page_links_its_records_file_and_carries_a_record_with_none(tmp_path):
+    """A record read from a file is linked, relative to the page, wherever the site is written; one held only in
+    memory has no file to link, so its page carries it."""
+    write_records(tmp_path / "results", [make_record("ddp", 0)])
+    records, _ = load_records(tmp_path / "results")
+    site = build_report_for([*records, make_record("ddp", 1)], [], tmp_path / "deep" / "site").parent
+    on_disk, in_memory = sorted((site / "runs").glob("*.html"), key=lambda p: "s1" in p.name)
+    (link,) = re.findall(r'href="([^"]+\.json)"', on_disk.read_text())
+    assert link.startswith("../../../results/") and (on_disk.parent / link).resolve() == Path(records[0]["_path"])
+    assert "<pre>" not in on_disk.read_text()
+    assert "not on disk" in in_memory.read_text() and "&#34;run_id&#34;" in in_memory.read_text()
 
 
 def test_a_run_page_shows_the_machine_load_it_ran_under(tmp_path):
@@ -102,6 +115,27 @@ def test_a_run_page_shows_the_machine_load_it_ran_under(tmp_path):
 def test_bytes_never_read_in_exponent_notation():
     assert fmt_bytes(1000 * 2**20) == "1,000 MiB"
     assert fmt_bytes(1.5 * 2**30) == "1.5 GiB"
+
+
+def test_a_cell_carries_a_sort_key_only_where_its_text_is_not_it():
+    """The page's script sorts a cell by its text where it has no data-sort (most cells: a name, a whole number);
+    a key stays where the text is not it: bytes with a unit, "—" (sorts last), a number with a badge after it."""
+    cells = [
+        text("ddp"),
+        number(4.0),
+        number(12582912.0, fmt_bytes),
+        number(None),
+        Cell("31%", 0.31, badge="unsteady"),
+        Cell("fell short (at 1B)", "fell short (at 1B)", badge="fell short"),
+    ]
+    written = re.findall(r"<td[^>]*>", html(Table(["x"], [[c] for c in cells])))
+    keys = ["<td>", '<td class="num">', '<td class="num" data-sort="12582912">', '<td data-sort="">']
+    assert written == keys + ['<td class="num" data-sort="0.31">', "<td>"]
+
+
+def test_a_run_pages_field_table_is_rows_alone():
+    fields = fields_html(mapping_table({"params": 3148032, "name": "llama-tiny"}))
+    assert fields == '<table>\n<tr><td>params<td class="num">3,148,032</tr>\n<tr><td>name<td>llama-tiny</tr>\n</table>'
 
 
 def test_the_repeat_tolerance_is_the_gates_wall_time_tolerance():

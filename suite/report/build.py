@@ -1,8 +1,11 @@
-"""Turn run records into a self-contained HTML site: index.html, one page per reproduction, one per run.
+"""Turn run records into an HTML site: index.html, one page per reproduction, one per run, and their stylesheet.
 
-Pages open from disk with no network: CSS, the table-sorting script and the figures (SVG with real text)
-are inlined, and a Content-Security-Policy forbids loading anything else and runs only the page's own script
-(pinned by its hash), so a value from a record can never execute even if it slipped past escaping.
+Pages open from disk with no network. The table-sorting script and the figures (SVG with real text, compacted by
+compact.py) are inlined; a folder's pages share its style.css; a run page links its record's file, relative to the
+page, where the build read it (the record is committed under results/, so the page repeats none of it; a record
+held only in memory is written into its page). A Content-Security-Policy forbids loading anything else and runs
+only the page's own script (pinned by its hash), so a value from a record can never execute even if it slipped
+past escaping. The site index (site.py) and a reproduction's own pages (render_page) carry their style inline.
 """
 
 from __future__ import annotations
@@ -11,12 +14,14 @@ import base64
 import contextlib
 import hashlib
 import multiprocessing
+import os
 import re
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from urllib.parse import quote
 
 import jinja2
 from markupsafe import Markup
@@ -29,7 +34,7 @@ from suite.records import load_records
 from suite.report import figures, site, summary
 from suite.report.figures import Chart
 from suite.report.pages import Reproduction, hardware, index_context, reproduction_context, run_context
-from suite.report.tables import Table, css_token, html
+from suite.report.tables import Table, css_token, fields_html, html
 
 UNASSIGNED = "(no reproduction)"
 
@@ -45,14 +50,27 @@ def _templates() -> jinja2.Environment:
     )
     env.filters["css_token"] = css_token
     env.globals["table_html"] = html
-    script = env.loader.get_source(env, "sort.js")[0]
+    env.globals["fields_html"] = fields_html
+    source = env.loader.get_source(env, "sort.js")[0]
+    # inlined without its comment lines and indentation: every page carries it
+    script = "\n".join(line.strip() for line in source.splitlines() if not line.lstrip().startswith("//"))
     digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
     env.globals["script"] = Markup(script)
-    env.globals["csp"] = (
-        f"default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
+    # 'self' admits the folder's stylesheet from disk (Chromium matches file: URLs to a file: page's 'self'); the
+    # script stays inline, pinned by its hash: 'self' would admit any script file on the disk
+    env.globals["csp"] = Markup(  # a constant with no double quote: safe in the attribute as it is
+        f"default-src 'none'; img-src data:; style-src 'self' 'unsafe-inline'; "
         f"script-src 'sha256-{digest}'; base-uri 'none'; form-action 'none'"
     )
     return env
+
+
+STYLESHEET = "style.css"  # at the top of a report folder, linked by its pages
+
+
+def _stylesheet(root: str) -> dict:
+    """The template context that links a folder's stylesheet from a page `root` below the folder's top."""
+    return {"stylesheet": f"{root}{STYLESHEET}"}
 
 
 def _slug(name: str, key: str) -> str:
@@ -113,7 +131,10 @@ def build_report_for(
     templates, written = _templates(), []
 
     def write(relative: str, template: str, context: dict) -> None:
-        written.append(_write_page(out, relative, templates.get_template(template).render(**context)))
+        page = templates.get_template(template).render(**context, **_stylesheet(context["root"]))
+        written.append(_write_page(out, relative, page))
+
+    _write_page(out, STYLESHEET, templates.loader.get_source(templates, STYLESHEET)[0])
 
     runs = [(run_files[id(r)], r, f"../{repro.href}") for repro in repros for r in repro.records]
     with _run_pages(out, runs) as run_pages:
@@ -145,8 +166,20 @@ def _write_page(out: Path, relative: str, text: str) -> Path:
 
 def _write_run_pages(out: Path, runs: list[tuple[str, dict, str]]) -> list[Path]:
     """Each run's page (file, record, link back to its reproduction's page); the files written."""
-    template = _templates().get_template("run.html.j2")
-    return [_write_page(out, relative, template.render(**run_context(record, back))) for relative, record, back in runs]
+    template, written = _templates().get_template("run.html.j2"), []
+    for relative, record, back in runs:
+        context = run_context(record, back, record_href(record, out / relative))
+        written.append(_write_page(out, relative, template.render(**context, **_stylesheet(context["root"]))))
+    return written
+
+
+def record_href(record: dict, page: Path) -> str | None:
+    """The link from `page` to the record's file (`_path`, relative to where the build runs), or None where the
+    record has no file to link (one held in memory, or a file gone since it was read)."""
+    path = record.get("_path")
+    if not path or not Path(path).is_file():
+        return None
+    return quote(Path(os.path.relpath(os.path.abspath(path), os.path.abspath(page.parent))).as_posix())
 
 
 @contextlib.contextmanager

@@ -25,6 +25,7 @@ from markupsafe import Markup, escape
 from matplotlib.figure import Figure
 
 from suite.report import frames
+from suite.report.compact import compact
 
 LABEL_LIMIT = 40  # characters of one text line in a figure; longer ones are wrapped or cut, never "…"
 RC = {
@@ -99,7 +100,7 @@ def encode(fig: Figure, title: str) -> Markup:
     buffer = io.StringIO()
     with _style(), matplotlib.rc_context({"svg.hashsalt": f"chart-{next(_ids)}"}):
         fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
-    svg = buffer.getvalue()
+    svg = compact(buffer.getvalue())
     svg = svg[svg.index("<svg") :]
     svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, count=1, flags=re.S)
     svg = re.sub(r'<svg ([^>]*?)width="[^"]*" height="[^"]*" ', r'<svg \1role="img" ', svg, count=1)
@@ -621,7 +622,7 @@ def run_losses(curve: list[dict], label: str) -> Chart | None:
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {left + width + 20} {top + height + 44}" role="img" '
         f'font-family="DejaVu Sans, Arial, sans-serif"><title>{escape(title)}</title>{"".join(out)}</svg>'
     )
-    return Chart(title, Markup(svg), "Every recorded point; the numbers are in the table below.")
+    return Chart(title, Markup(svg), "Every recorded point; the numbers are in the run's record, below.")
 
 
 def trend(found: dict, unit: str) -> Chart | None:

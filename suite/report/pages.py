@@ -437,9 +437,11 @@ def _label(record: dict) -> str:
     return evidence_label(record["provenance"], record["env"]["device"])
 
 
-def run_context(record: dict, reproduction_href: str | None) -> dict:
+def run_context(record: dict, reproduction_href: str | None, record_href: str | None = None) -> dict:
     """One run: what it ran under (machine load, command), its loss curve drawn, its numbers, then every field
-    of the record as plain rows (nested sections flattened, never a raw dict), memory per rank and the ledger."""
+    of the record as plain rows (nested sections flattened, never a raw dict), memory per rank and the ledger.
+    The whole record, loss points included, is its file at `record_href` (a link relative to the page); a record
+    with no file (held in memory) is written into the page instead."""
     overview = {k: record.get(k) for k in RUN_FIELDS} | {"file": record.get("_path")}
     evals = {
         k: f"{fmt_number(v.get('value'))} ± {fmt_number(v.get('stderr'))}" if isinstance(v, dict) else v
@@ -474,7 +476,9 @@ def run_context(record: dict, reproduction_href: str | None) -> dict:
         "fields": [(title, tables.mapping_table(tables.flatten(values))) for title, values in fields if values],
         "charts": [c for c in charts if c is not None],
         "sections": _run_sections(record),
-        "raw": json.dumps({k: v for k, v in record.items() if k not in ("_path", "_folder")}, indent=1),
+        "points": len(record["curve"]),
+        "record_href": record_href,
+        "raw": "" if record_href else json.dumps({k: v for k, v in record.items() if not k.startswith("_")}, indent=1),
     }
 
 
@@ -491,24 +495,17 @@ def machine_load(record: dict) -> str:
     return f"{load[0]:.2f} at set-up, {load[1]:.2f} at the record (1-minute load average)"
 
 
-def _run_sections(record: dict) -> list[tuple[str, str, Table, bool]]:
-    """(heading, how it was measured, table, folded): the method's description is a note under its heading;
-    the loss points are folded, as the figure above draws them."""
+def _run_sections(record: dict) -> list[tuple[str, str, Table]]:
+    """(heading, how it was measured, table): the method's description is a note under its heading. The loss
+    points have no table: the figure draws them and the record holds them."""
     memory, comm = record["memory"], record["comm"]
     return [
-        (
-            "Loss curve",
-            "",
-            tables.records_table(record["curve"], ["step", "tokens", "flops", "wall_s", "train_loss", "val_loss"]),
-            True,
-        ),
         (
             "Memory per rank",
             memory["method"],
             tables.records_table(memory["per_rank"], MEMORY_COLUMNS, {c: fmt_bytes for c in MEMORY_COLUMNS[1:]}),
-            False,
         ),
-        (f"Communication ledger ({comm.get('steps')} steps)", comm["method"], _ledger(record), False),
+        (f"Communication ledger ({comm.get('steps')} steps)", comm["method"], _ledger(record)),
     ]
 
 

@@ -50,9 +50,24 @@ def badge(label: str, css: str | None = None) -> str:
     return f'<span class="badge badge-{escape(css or css_token(label))}">{escape(label)}</span>'
 
 
-def _cell(cell: Cell) -> str:
+def sort_key(value: str | float) -> str:
+    """A cell's sort key as data-sort writes it: a whole number without its ".0" (the page's script reads both
+    alike)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return str(value)
+
+
+def _cell(cell: Cell, sorted_by: bool = True) -> str:
     number_class = ' class="num"' if isinstance(cell.sort, Number) else ""  # the page's script sorts it numerically
-    out = f'<td{number_class} data-sort="{escape(cell.sort)}">'
+    key = sort_key(cell.sort)
+    # the script sorts a cell without data-sort by its visible text: a key that repeats it is left out (most text
+    # cells), one that differs ("" for "—", bytes for "12 MiB", a badge after the text) stays
+    alone = not cell.badge or cell.text == cell.badge or cell.text.startswith(f"{cell.badge} (")
+    if not sorted_by or alone and key == cell.text == cell.text.strip():
+        out = f"<td{number_class}>"
+    else:
+        out = f'<td{number_class} data-sort="{escape(key)}">'
     if cell.colour:
         dash = f" swatch-{escape(cell.dash)}" if cell.dash != "solid" else ""
         out += f'<span class="swatch{dash}" style="background:{escape(cell.colour)}"></span>'
@@ -77,6 +92,17 @@ def html(table: Table) -> Markup:
         f'<div class="scroll">\n<table class="sortable {escape(table.css)}">\n<thead><tr>{head}</tr></thead>\n'
         f"<tbody>\n{rows}</tbody>\n</table>\n</div>"
     )
+
+
+def fields_html(table: Table) -> Markup:
+    """A field/value table (a run page's Run, Model, Data, ...) as rows alone: no column headers to sort by, as
+    nothing compares down its value column, so no sort keys; its cells wrap rather than scroll (style.css .fields).
+    A cell's end tag is left out, as HTML allows (the next cell or the row's end closes it): a report's run pages
+    hold a hundred thousand of these cells."""
+    cells = ["".join(_cell(c, sorted_by=False).removesuffix("</td>") for c in row) for row in table.rows]
+    rows = "".join(f"<tr>{row}</tr>\n" for row in cells)
+    css = f' class="{escape(table.css)}"' if table.css else ""
+    return Markup(f"<table{css}>\n{rows}</table>")
 
 
 def missing(value: Any) -> bool:
@@ -299,7 +325,8 @@ def _entry(item: Any) -> str:
 
 def mapping_table(values: dict) -> Table:
     """Any mapping as field/value rows; nested values are shown as JSON."""
-    return Table(["field", "value"], [[text(k), number(v) if _numeric(v) else text(v)] for k, v in values.items()])
+    rows = [[text(k), number(v) if _numeric(v) else text(v)] for k, v in values.items()]
+    return Table(["field", "value"], rows)
 
 
 def records_table(items: list[dict], columns: list[str], formats: dict[str, Callable] | None = None) -> Table:

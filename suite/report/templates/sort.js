@@ -1,5 +1,5 @@
-// Click a column header to sort its table. Cells carry data-sort so numbers sort as numbers and
-// empty values ("—") sort last in both directions.
+// Click a column header to sort its table. A cell sorts by its data-sort where its text is not its key (numbers
+// shown with units sort as numbers, empty values ("—") sort last in both directions), else by its text.
 document.querySelectorAll("table.sortable").forEach((table) => {
   table.querySelectorAll("thead th").forEach((th, index) => {
     th.tabIndex = 0;
