@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from suite.plan.command import plan_runs
 from suite.records import load_records
 from suite.report import frames, glance, labels
 
@@ -61,7 +60,8 @@ def series(axes: ET.Element) -> list[tuple[str, str, str, list[float]]]:
             continue
         path, use = line.find(f"{SVG}path"), line.find(f".//{SVG}use")
         style = _style(path if path is not None else use)
-        ys = [float(y) for y in re.findall(r"[ML] [-\d.e]+ ([-\d.e]+)", (path.get("d") or "") if path is not None else "")]
+        d = (path.get("d") or "") if path is not None else ""
+        ys = [float(y) for y in re.findall(r"[ML] [-\d.e]+ ([-\d.e]+)", d)]
         marker = use.get(HREF) if use is not None else ""
         out.append((style.get("stroke", ""), style.get("stroke-dasharray", ""), marker, ys))
     return out
@@ -194,9 +194,9 @@ def test_arms_of_one_panel_never_share_a_colour_even_fifteen_apart():
 
 
 def merging_records() -> tuple[list[dict], list[str]]:
-    records = []
-    for folder in plan_runs(ROOT / "results" / "merging-smoke", "merging"):
-        records += [{**r, "_folder": str(folder)} for r in load_records(folder)[0] if r["reproduction"] == "merging"]
+    """merging's quality plan run (its fine-tunes on four tasks), in the page's order, and their arms' labels."""
+    folder = ROOT / "results" / "merging-quality"
+    records = [{**r, "_folder": str(folder)} for r in load_records(folder)[0] if r["reproduction"] == "merging"]
     page = labels.arms(records)
     order = {key: i for i, key in enumerate(page)}
     records.sort(key=lambda r: order[labels.key(r)])  # as the page lists them (pages.reproduction_context)

@@ -245,8 +245,12 @@ def _zoom(finals: pd.Series) -> tuple[float, float]:
 
 
 def _loss_lines(ax, bands: pd.DataFrame, arms: list[str], colours: dict[str, str], dashes: dict[str, str]) -> None:
-    """Each arm's mean line and seed band, a marker of its own in the panel."""
+    """Each arm's mean line and seed band, a marker of its own in the panel; a note where none has this axis (an
+    emulated run counts no FLOPs)."""
     drawn = bands[bands["arm"].isin(arms)]
+    if drawn.empty:
+        ax.text(0.5, 0.5, "not recorded", transform=ax.transAxes, ha="center", va="center", color="#7d7d7d")
+        ax.set_xticks([])
     for arm, band in drawn.groupby("arm", sort=False):
         i = arms.index(arm)
         ax.plot(

@@ -1,7 +1,8 @@
 """Long-form tables cut from run records for the report's figures.
 
 Runs are grouped into arms (arms.py: method, variant, model, world size and protocol), so two
-configurations never share a line or a bar. Seeds stay separate until a band is drawn.
+configurations never share a line or a bar. Seeds stay separate until a band is drawn. A line figure draws
+at most PANEL_LINES arms in one panel: panels() groups more into small multiples.
 """
 
 from __future__ import annotations

@@ -1,14 +1,15 @@
 """Claims at a glance: every claim of a reproduction in one view, and each card's figure of its runs.
 
-Ratio claims share one log axis: the paper's value (a black tick) inside its band (grey), our value with
-what was judged against the band (the seeds' interval or the range over settings), and values shown beside
-the verdict (projections, other settings) in grey. Other claims (quality, absolute values) get a small panel
-each with every seed of the method and of the baseline; where a claim's numbers are rows of its records rather
-than fields of the claim frame, its metric gives the seeds of both sides (a quality metric: the merge step's) or
-the verdict's value alone (a microbenchmark's). The glance table beside the
-figures carries each claim's numbers as text (pages.glance_rows). The marker tells measured (circle), estimated
-(diamond) and projected (simulated: triangle) apart; the colour is the verdict, which is also written out.
-Seed values are read from the records the verdict names (Verdict.run_ids), through suite.judge.verdicts.claim_frame.
+Ratio claims share one log axis, its numbers repeated every GLANCE_ROWS rows: the paper's value (a black
+tick) inside its band (grey), our value with what was judged against the band (the seeds' interval or the range
+over settings), and values shown beside the verdict (projections, other settings) in grey. Other claims
+(quality, absolute values) get a small panel each, headed by the claim, its verdict and scale, with every seed
+of the method and of the baseline; where a claim's numbers are rows of its records rather than fields of the
+claim frame, its metric gives the seeds of both sides (a quality metric: the merge step's) or the verdict's
+value alone (a microbenchmark's). The glance table beside the figures carries each claim's numbers as text
+(pages.glance_rows). The marker tells measured (circle), estimated (diamond) and projected (simulated: triangle)
+apart; the colour is the verdict, which is also written out. Seed values are read from the records the verdict
+names (Verdict.run_ids), through suite.judge.verdicts.claim_frame.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ among the method's runs, and the model, world size and protocol where those vary
 "+ac", strings as their value ("dense"), numbers as "C=0.5"; a parameter that follows from the model and
 world size already named is left out. Where two configurations would still share a label, every varying
 parameter is spelled key=value. The full configuration of each label is in the page's legend table.
+An arm's loss curves are drawn in one panel of at most frames.PANEL_LINES arms (Arm.panel), where no other
+arm has its colour.
 """
 
 from __future__ import annotations
