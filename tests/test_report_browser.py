@@ -290,7 +290,8 @@ def test_no_committed_page_is_wider_than_its_window_and_every_glance_row_says_it
     """Every kind of committed page (dion's among them, whose long source-status badges once widened it to 2,040 px)
     fits the 1,400 px window: no horizontal scrollbar (a long table scrolls inside its own box; the glance and numbers
     tables fit their column). Each glance row has the paper's value, ours where a verdict judged one, the direction,
-    the verdict and a reason."""
+    the verdict and a reason. No text of a figure is cut, longer than 40 characters, outside its figure or over another
+    (merging's sweep once wrote its rates' ticks over each other)."""
     kinds = {p.name for p in COMMITTED} | {p.parent.name for p in COMMITTED}
     assert {"index.html", "io.html", "reproductions", "runs"} <= kinds and (REPORTS / "index.html") in COMMITTED
     state = probe(page, tmp_path)
@@ -298,3 +299,4 @@ def test_no_committed_page_is_wider_than_its_window_and_every_glance_row_says_it
     assert state["styled"] == STYLED, f"{page.name}: its stylesheet did not load"
     assert json.loads(state["wide"]) == [], f"{page.name} is wider than the window, or its glance or numbers table"
     assert json.loads(state["bare"]) == [], "glance rows without their numbers or reason"
+    assert json.loads(state["texts"]) == [], f"{page.name}'s figures have texts that do not read"

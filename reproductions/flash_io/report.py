@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from matplotlib.ticker import NullFormatter, ScalarFormatter
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from reproductions.flash_io.metrics import FIT_DIGITS, fitted, loglog_slope
 from suite.atomic import write_text
@@ -163,6 +163,9 @@ def _plot(title: str, xlabel: str, ylabel: str, draw) -> Chart:
     fig, axes = report_figures.figure(6.4, 4.2)
     ax = axes[0, 0]
     draw(ax)
+    for axis in (ax.xaxis, ax.yaxis):  # plain numbers: a mathtext power reads as several texts, cut
+        axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}".replace("e+0", "e").replace("e-0", "e-")))
+        axis.set_minor_formatter(NullFormatter())
     ax.set_xlabel(xlabel)
     ax.set_ylabel(report_figures.wrap(ylabel, 36))
     ax.legend(fontsize="small", frameon=False)
@@ -221,7 +224,7 @@ def _accesses_m(ax, io_m: pd.DataFrame) -> None:
     ax.loglog(io_m["m"], io_m["tiled_elements"], label=f"tiled (slope {fit:.2f} where B_c > 1)", markersize=4, **TILED)
     ax.loglog(io_m["m"], io_m["standard_elements"], label="standard (M plays no part)", **STANDARD, markersize=4)
     bound = io_m["n"] * io_m["n"] * io_m["d"] ** 2 / io_m["m"]
-    ax.loglog(io_m["m"], bound, color="black", ls=":", label="N^2 d^2 / M (Prop. 3's order, constant 1)")
+    ax.loglog(io_m["m"], bound, color="black", ls=":", label="N^2 d^2 / M (Prop. 3, constant 1)")
     ax.loglog(io_m["m"], 4 * io_m["n"] * io_m["d"], color="grey", ls="-.", label="4 N d (read Q, K, V, write O)")
 
 
@@ -231,8 +234,6 @@ def _sdpa(ax, sdpa_n: pd.DataFrame, field: str) -> None:
         label = f"{backend} {'fwd+bwd' if backward else 'fwd'}"
         _loglog(ax, g["n"], g[field], label, ls="-" if backward else "--", **style)
     ax.set_xticks(sorted(sdpa_n["n"].unique()))
-    ax.xaxis.set_major_formatter(ScalarFormatter())
-    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def _row(*cells: object) -> list[Cell]:

@@ -23,6 +23,7 @@ import pandas as pd
 import seaborn as sns
 from markupsafe import Markup, escape
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullLocator
 
 from suite.report import frames
 from suite.report.compact import compact
@@ -155,76 +156,153 @@ def _byte_unit(largest: float) -> tuple[float, str]:
     return 1.0, "bytes"
 
 
+LOSS_AXES = (("tokens", "tokens"), ("flops", "FLOPs"), ("wall_s", "wall time (s)"))
+ZOOM_PAD = 0.25  # the zoomed panels' margin around the arms' final losses, a fraction of their spread...
+ZOOM_MIN_PAD = 0.04  # ...and at least this many nats, so arms that end alike still show their last stretch
+
+
 def loss_curves(
-    curve: pd.DataFrame, label: str, colours: dict[str, str], dashes: dict[str, str] | None = None
+    curve: pd.DataFrame,
+    label: str,
+    colours: dict[str, str],
+    dashes: dict[str, str] | None = None,
+    panels: dict[str, tuple[int, str]] | None = None,
 ) -> Chart | None:
     """Loss against tokens, FLOPs and wall time: mean over seeds with a min-max band, each arm in its colour and
     line style (arms.py); arms whose curves coincide exactly are named under the figure.
 
-    Validation loss where every arm has a curve of it, else training loss: one row keeps the figure cheap.
+    A row per panel of at most frames.PANEL_LINES arms (`panels`: each arm's place and title, labels.Arm.panel;
+    arms without one are cut into runs of that many): first the whole run against tokens, then the three axes zoomed to
+    the arms' final losses (_zoom), where the differences the claims judge (hundredths of a nat) show.
+    Validation loss where every arm has a curve of it, else training loss: one kind per figure keeps it cheap.
     """
-    axes_x = (("tokens", "tokens"), ("flops", "FLOPs"), ("wall_s", "wall time (s)"))
     for y in ("val_loss", "train_loss"):
-        bands = {x: frames.seed_band(curve, x, y) for x, _ in axes_x}
+        bands = {x: frames.seed_band(curve, x, y) for x, _ in LOSS_AXES}
         if not bands["tokens"].empty and set(bands["tokens"]["arm"]) == set(curve["arm"]):
             break
     else:
         return None
     dashes = dashes or {}
-    arms = list(dict.fromkeys(curve["arm"]))
-    markers = {arm: ARM_MARKERS[i % len(ARM_MARKERS)] for i, arm in enumerate(arms)}
-    legend_width = 0.5 + text_inches([safe(a) for a in arms])
-    fig, axes = figure(11 + legend_width, max(3.2, _legend_inches(len(arms))), 1, 3)
-    for ax, (x, x_label) in zip(axes[0], axes_x):
-        for i, (arm, band) in enumerate(bands[x].groupby("arm", sort=False)):
-            ax.plot(
-                band["x"],
-                band["mean"],
-                color=colours[arm],
-                label=safe(arm),
-                linewidth=1.6,
-                linestyle=dashes.get(arm, "solid"),
-                **_marked(markers[arm], len(band), i, len(arms)),
-            )
-            ax.fill_between(band["x"], band["low"], band["high"], color=colours[arm], alpha=0.2, linewidth=0)
-        ax.set_xlabel(x_label)
-        ax.xaxis.get_offset_text().set_fontsize("small")
-    axes[0, 0].set_ylabel(y.replace("_", " "))
-    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="center right", fontsize="small", frameon=False)
-    margins(fig, left=0.65, bottom=0.6, right=legend_width, wspace=0.22)
-    caption = "Line: mean over seeds; band: lowest to highest seed; marker: the arm, as in the legend (so the arms "
-    caption += "read without colour)." + _coincide_note(frames.coinciding(curve, y))
+    groups = _panel_groups(list(dict.fromkeys(curve["arm"])), panels or {})
+    legend_width = 0.5 + text_inches([safe(a) for a in curve["arm"].unique()])
+    height = len(groups) * LOSS_ROW + (len(groups) - 1) * LOSS_GAP + 0.9
+    fig, axes = figure(11.6 + legend_width, height, len(groups), 4, gridspec_kw={"width_ratios": (0.7, 1, 1, 1)})
+    finals = bands["tokens"].groupby("arm", sort=False)["mean"].last()
+    for row, (title, arms) in zip(axes, groups.items()):
+        whole, *zoomed = row
+        low, high = _zoom(finals.reindex(arms))
+        for ax, (x, x_label) in zip(row, (LOSS_AXES[0], *LOSS_AXES)):
+            _loss_lines(ax, bands[x], arms, colours, dashes)
+            ax.set_xlabel(x_label)
+            ax.xaxis.get_offset_text().set_fontsize("small")
+        for ax in zoomed:
+            ax.set_ylim(low, high)
+            ax.tick_params(labelleft=ax is zoomed[0])
+        whole.axhspan(low, high, color="#dadce0", alpha=0.7, linewidth=0, zorder=0)
+        whole.set_ylabel(y.replace("_", " "))
+        whole.set_title("whole run", loc="left", fontsize="small")
+        zoomed[0].set_title(wrap(title), loc="left", fontsize="small", weight="bold")
+        zoomed[-1].legend(
+            *zoomed[0].get_legend_handles_labels(),
+            loc="center left",
+            bbox_to_anchor=(1.03, 0.5),
+            fontsize="small",
+            frameon=False,
+        )
+    margins(fig, left=0.65, bottom=0.55, right=legend_width, top=0.35, wspace=0.2, hspace=LOSS_GAP / LOSS_ROW)
+    caption = (
+        f"A row per panel of at most {frames.PANEL_LINES} arms, grouped by task, plan run, model and method and "
+        "titled by what they share. Left: the whole run; grey: the range the other three zoom into, from just below "
+        "the lowest final loss to just above the highest, so that a few hundredths of a nat show. Line: mean over "
+        "seeds; band: lowest to highest seed; marker: the arm, as in the legend (so the arms read without colour)."
+    )
+    caption += _coincide_note(frames.coinciding(curve, y))
     return chart(fig, f"{y.replace('_', ' ').capitalize()} against tokens, FLOPs and wall time ({label})", caption)
+
+
+LOSS_ROW = 1.55  # inches of one row of loss panels...
+LOSS_GAP = 0.75  # ...and between two rows: the first row's tick and axis labels and the next row's titles
+
+
+def _panel_groups(arms: list[str], panels: dict[str, tuple[int, str]]) -> dict[str, list[str]]:
+    """The arms (in the page's order) by panel (labels.Arm.panel: its place and title), a panel over
+    frames.PANEL_LINES arms cut into runs of that many."""
+    placed: dict[tuple[int, str], list[str]] = {}
+    for arm in arms:
+        placed.setdefault(panels.get(arm, (0, "")), []).append(arm)
+    out = {}
+    for (_, title), members in sorted(placed.items(), key=lambda item: item[0][0]):
+        runs = [members[i : i + frames.PANEL_LINES] for i in range(0, len(members), frames.PANEL_LINES)]
+        for n, run in enumerate(runs, 1):
+            out[f"{title} ({n} of {len(runs)})".strip() if len(runs) > 1 else title] = run
+    return out
+
+
+def _zoom(finals: pd.Series) -> tuple[float, float]:
+    """The loss range the zoomed panels show: the arms' final losses with a margin around them."""
+    low, high = float(finals.min()), float(finals.max())
+    pad = max(ZOOM_PAD * (high - low), ZOOM_MIN_PAD)
+    return low - pad, high + pad
+
+
+def _loss_lines(ax, bands: pd.DataFrame, arms: list[str], colours: dict[str, str], dashes: dict[str, str]) -> None:
+    """Each arm's mean line and seed band, a marker of its own in the panel; a note where none has this axis (an
+    emulated run counts no FLOPs)."""
+    drawn = bands[bands["arm"].isin(arms)]
+    if drawn.empty:
+        ax.text(0.5, 0.5, "not recorded", transform=ax.transAxes, ha="center", va="center", color="#7d7d7d")
+        ax.set_xticks([])
+    for arm, band in drawn.groupby("arm", sort=False):
+        i = arms.index(arm)
+        ax.plot(
+            band["x"],
+            band["mean"],
+            color=colours[arm],
+            label=safe(arm),
+            linewidth=1.6,
+            linestyle=dashes.get(arm, "solid"),
+            **_marked(ARM_MARKERS[i % len(ARM_MARKERS)], len(band), i, len(arms)),
+        )
+        ax.fill_between(band["x"], band["low"], band["high"], color=colours[arm], alpha=0.2, linewidth=0)
 
 
 def lr_sweep(points: pd.DataFrame) -> Chart | None:
     """Final validation loss against the learning rate (log scale), a line per swept arm, its winner ringed;
-    diverged runs drawn as crosses on the top edge. A swept arm is the page's arms without their rate, so it takes
-    a colour of its own (matplotlib's cycle), not one of the page's arms'."""
+    diverged runs drawn as crosses on the top edge. A panel per frames.lr_sweep panel (by task, plan run, model and
+    method, at most frames.PANEL_LINES arms), two side by side, each with its legend in the page's order. A swept arm
+    is the page's arms without their rate, so it takes a colour of its own (matplotlib's cycle), not one of the page's
+    arms', and a marker of its own in its panel; the axis is ticked at the rates swept, as plain numbers."""
     if points.empty:
         return None
-    arms = list(dict.fromkeys(points["arm"]))
-    legend_width = 0.5 + text_inches([safe(a) for a in arms])
-    fig, axes = figure(5.5 + legend_width, max(3.2, _legend_inches(len(arms))))
-    ax = axes[0, 0]
-    top = points["val_loss"].max()
-    for i, (arm, rows) in enumerate(points.groupby("arm", sort=False)):
-        colour = f"C{i % 10}"
-        done = rows.dropna(subset=["val_loss"])
-        ax.plot(done["lr"], done["val_loss"], color=colour, label=safe(arm), linewidth=1.6, marker=ARM_MARKERS[i % 10])
-        ax.scatter(
-            rows.loc[rows["val_loss"].isna(), "lr"],
-            [top] * int(rows["val_loss"].isna().sum()),
-            marker="x",
-            color=colour,
-        )
-        won = done[done["lr"] == done["winner"]]
-        ax.scatter(won["lr"], won["val_loss"], s=160, facecolors="none", edgecolors=colour, linewidths=1.6)
-    ax.set_xscale("log")
-    ax.set_xlabel("learning rate")
-    ax.set_ylabel("final validation loss")
-    fig.legend(*ax.get_legend_handles_labels(), loc="center right", fontsize="small", frameon=False)
-    margins(fig, left=0.75, bottom=0.6, right=legend_width)
+    panels, top = list(dict.fromkeys(points["panel"])), float(points["val_loss"].max())
+    cols = min(2, len(panels))
+    grid_rows = -(-len(panels) // cols)
+    legend_width = 0.4 + text_inches([safe(a) for a in points["arm"].unique()])
+    panel_width = 5.5 if cols == 1 else 3.6
+    fig, axes = figure(
+        cols * (panel_width + legend_width) + 0.6,
+        grid_rows * SWEEP_ROW + (grid_rows - 1) * SWEEP_GAP + 0.95,
+        grid_rows,
+        cols,
+    )
+    margins(
+        fig,
+        left=0.75,
+        bottom=0.6,
+        right=legend_width,
+        top=0.35,
+        wspace=(legend_width + 0.75) / panel_width,
+        hspace=SWEEP_GAP / SWEEP_ROW,
+    )
+    for ax, panel in zip(axes.flat, panels):
+        mine = points[points["panel"] == panel]
+        _sweep_lines(ax, mine, float(mine["val_loss"].max() if mine["val_loss"].notna().any() else top))
+        ax.set_title(wrap(panel), loc="left", fontsize="small", weight="bold")
+        ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize="small", frameon=False)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("final validation loss")
     refusal = points["refusal"].iloc[0]
     caption = "One run per rate on one seed (a sweep, filed apart so that no verdict counts it). "
     caption += (
@@ -232,7 +310,46 @@ def lr_sweep(points: pd.DataFrame) -> Chart | None:
         if refusal
         else "Ring: each arm's winner by suite.judge.sweeps' rule."
     )
+    if len(panels) > 1:
+        caption += f" A panel per task, plan run, model or method, at most {frames.PANEL_LINES} arms each."
     return chart(fig, "Final validation loss against the learning rate (the sweep)", caption)
+
+
+SWEEP_ROW = 2.6  # inches of one row of sweep panels...
+SWEEP_GAP = 0.85  # ...and between two rows: the rates, the axis label and the next row's titles
+
+
+def _sweep_lines(ax, points: pd.DataFrame, top: float) -> None:
+    """One panel of the sweep: each arm's line in the panel's own colour and marker, its diverged runs on `top`."""
+    for i, (arm, rows) in enumerate(points.groupby("arm", sort=False)):
+        colour = f"C{i}"
+        done = rows.dropna(subset=["val_loss"])
+        ax.plot(done["lr"], done["val_loss"], color=colour, label=safe(arm), linewidth=1.6, marker=ARM_MARKERS[i])
+        diverged = rows["val_loss"].isna()
+        ax.scatter(rows.loc[diverged, "lr"], [top] * int(diverged.sum()), marker="x", color=colour)
+        won = done[done["lr"] == done["winner"]]
+        ax.scatter(won["lr"], won["val_loss"], s=160, facecolors="none", edgecolors=colour, linewidths=1.6)
+    ax.set_xscale("log")
+    rates = sorted(points["lr"].unique())
+    ax.set_xlim(rates[0] / SWEEP_MARGIN, rates[-1] * SWEEP_MARGIN)
+    ticks = _spaced(rates, ax.get_position().width * ax.figure.get_figwidth())
+    ax.set_xticks(ticks, [f"{t:.2g}" for t in ticks])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel("learning rate")
+
+
+SWEEP_MARGIN = 1.4  # the sweep's axis reaches this factor beyond its lowest and highest rate
+
+
+def _spaced(rates: list[float], inches: float) -> list[float]:
+    """The rates whose labels fit side by side on a log axis `inches` wide (each keeps clear of the last one kept)."""
+    span = np.log10(rates[-1] * SWEEP_MARGIN) - np.log10(rates[0] / SWEEP_MARGIN)
+    kept: list[float] = []
+    for rate in rates:
+        room = (len(f"{rate:.2g}") + len(f"{kept[-1]:.2g}")) / 2 * 0.075 + 0.15 if kept else 0.0
+        if not kept or (np.log10(rate) - np.log10(kept[-1])) / span * inches >= room:
+            kept.append(rate)
+    return kept
 
 
 # a marker per arm in the loss curves: a second channel beside colour, so arms read in greyscale too

@@ -1,7 +1,8 @@
 """Long-form tables cut from run records for the report's figures.
 
 Runs are grouped into arms (arms.py: method, variant, model, world size and protocol), so two
-configurations never share a line or a bar. Seeds stay separate until a band is drawn.
+configurations never share a line or a bar. Seeds stay separate until a band is drawn. A line figure draws
+at most PANEL_LINES arms in one panel: panels() groups more into small multiples.
 """
 
 from __future__ import annotations
@@ -43,8 +44,10 @@ def curves(records: list[dict], labels: list[str]) -> pd.DataFrame:
 def lr_sweep(records: list[dict], labels: list[str]) -> pd.DataFrame:
     """One row per run of an arm swept over three or more learning rates (suite/judge/sweeps.py): `arm` (its page label
     without the rate), `lr`, `val_loss` (the final validation loss; NaN for a diverged run), `winner` (the rate
-    suite.judge.sweeps.pick_winners picks for the arm; NaN where it refuses) and `refusal` (why it refuses, else '')."""
-    columns = ["arm", "lr", "val_loss", "winner", "refusal"]
+    suite.judge.sweeps.pick_winners picks for the arm; NaN where it refuses), `refusal` (why it refuses, else '') and
+    `panel` (the title of the small multiple the arm is drawn in: panels() over its task, plan run, model, method).
+    Arms in the order of `records` (the page's), each arm's rates ascending."""
+    columns = ["arm", "lr", "val_loss", "winner", "refusal", "panel"]
     groups: dict[str, list[tuple[dict, str, float]]] = {}
     for rec, name in zip(records, labels):
         lr = (rec.get("settings") or {}).get("lr")  # records of before settings existed carry none
@@ -69,13 +72,81 @@ def lr_sweep(records: list[dict], labels: list[str]) -> pd.DataFrame:
         for key, runs in swept.items()
         for rec, name, lr in runs
     ]
-    return pd.DataFrame(rows, columns=columns).sort_values(["arm", "lr"], kind="stable")
+    position = {id(rec): i for i, rec in enumerate(records)}
+    firsts: dict[str, dict] = {}  # each arm's first run, in the page's order (the order of `records`)
+    for rec, name, _ in sorted((run for runs in swept.values() for run in runs), key=lambda run: position[id(run[0])]):
+        firsts.setdefault(name, rec)
+    order = list(firsts)
+    by_task = panels([traits(firsts[name]) for name in order], apart=1)  # no two tasks' losses on one axis
+    titles = {order[i]: title for title, members in by_task for i in members}
+    frame = pd.DataFrame(rows, columns=columns[:-1])
+    frame["panel"] = frame["arm"].map(titles)
+    rank = frame["arm"].map({name: i for i, name in enumerate(order)})
+    return frame.iloc[np.lexsort((frame["lr"].to_numpy(float), rank.to_numpy()))].reset_index(drop=True)
 
 
 def _loss(rec: dict) -> float:
     """The final validation loss a sweep figure draws: NaN for a diverged run or a curve with none."""
     loss = None if rec["status"] == "diverged" else final_val_loss(rec)
     return np.nan if loss is None else loss
+
+
+PANEL_LINES = 8  # the most arms one panel of a line figure draws: more become small multiples
+TRAITS = ("task", "plan run", "model", "method")  # what traits() gives, as a panel's title counts them
+
+
+def traits(record: dict) -> tuple[str, ...]:
+    """What groups a record's arm with others in small multiples (TRAITS), most telling first: its task (the data it
+    trained on), its plan run (results folder), its model and its method."""
+    task = (record.get("data") or {}).get("name") or ""
+    return (str(task), Path(record.get("_folder") or "").name, record["model"]["name"], record["method"])
+
+
+def panels(keys: list[tuple[str, ...]], limit: int = PANEL_LINES, apart: int = 0) -> list[tuple[str, list[int]]]:
+    """Items (arms, by their traits(), in the page's order) in panels of at most `limit`, each with its title.
+
+    A group over the limit is split by the first trait that varies in it, its parts (in order of first appearance)
+    packed back together while they fit, so alike arms share a panel and panels stay few; a part still over the limit
+    is split by the next trait, and what no trait splits is cut into consecutive runs. The first `apart` traits split
+    every group and are never packed (a sweep's tasks: losses on two data sets share no axis). A panel is titled by
+    the values it was split by ("stdlib-text, merging-quality + merging-smoke"; "" where one panel holds every item);
+    panels that share a title are numbered ("(1 of 2)")."""
+    groups = _split(list(range(len(keys))), keys, 0, limit, apart, ())
+    if len(groups) <= 1:
+        return [("", group) for _, group in groups]
+    titles = [", ".join(words) for words, _ in groups]
+    counts, seen = Counter(titles), Counter()
+    out = []
+    for title, (_, group) in zip(titles, groups):
+        seen[title] += 1
+        out.append((f"{title} ({seen[title]} of {counts[title]})".strip() if counts[title] > 1 else title, group))
+    return out
+
+
+def _split(
+    items: list[int], keys: list[tuple[str, ...]], level: int, limit: int, apart: int, words: tuple[str, ...]
+) -> list[tuple[tuple[str, ...], list[int]]]:
+    """`items` in groups of at most `limit`, each with the words that name the values it was split by."""
+    if len(items) <= limit and level >= apart:
+        return [(words, items)]
+    for t in range(level, len(TRAITS)):
+        values = list(dict.fromkeys(keys[i][t] for i in items))
+        if len(values) > 1 and (t < apart or len(items) > limit):
+            break
+    else:
+        return [(words, items[i : i + limit]) for i in range(0, len(items), limit)]
+    packed: list[list[str]] = []
+    for value in values:
+        if packed and t >= apart and sum(keys[i][t] in (*packed[-1], value) for i in items) <= limit:
+            packed[-1].append(value)
+        else:
+            packed.append([value])
+    out = []
+    for part in packed:
+        named = " + ".join(part) if len(part) <= 2 else f"{len(part)} {TRAITS[t]}s"
+        members = [i for i in items if keys[i][t] in part]
+        out += _split(members, keys, t + 1, limit, apart, (*words, named or f"no {TRAITS[t]}"))
+    return out
 
 
 def coinciding(curve: pd.DataFrame, y: str) -> list[list[str]]:

@@ -1,14 +1,15 @@
 """Claims at a glance: every claim of a reproduction in one view, and each card's figure of its runs.
 
-Ratio claims share one log axis: the paper's value (a black tick) inside its band (grey), our value with
-what was judged against the band (the seeds' interval or the range over settings), and values shown beside
-the verdict (projections, other settings) in grey. Other claims (quality, absolute values) get a small panel
-each with every seed of the method and of the baseline; where a claim's numbers are rows of its records rather
-than fields of the claim frame, its metric gives the seeds of both sides (a quality metric: the merge step's) or
-the verdict's value alone (a microbenchmark's). The glance table beside the
-figures carries each claim's numbers as text (pages.glance_rows). The marker tells measured (circle), estimated
-(diamond) and projected (simulated: triangle) apart; the colour is the verdict, which is also written out.
-Seed values are read from the records the verdict names (Verdict.run_ids), through suite.judge.verdicts.claim_frame.
+Ratio claims share one log axis, its numbers repeated every GLANCE_ROWS rows: the paper's value (a black
+tick) inside its band (grey), our value with what was judged against the band (the seeds' interval or the range
+over settings), and values shown beside the verdict (projections, other settings) in grey. Other claims
+(quality, absolute values) get a small panel each, headed by the claim, its verdict and scale, with every seed
+of the method and of the baseline; where a claim's numbers are rows of its records rather than fields of the
+claim frame, its metric gives the seeds of both sides (a quality metric: the merge step's) or the verdict's
+value alone (a microbenchmark's). The glance table beside the figures carries each claim's numbers as text
+(pages.glance_rows). The marker tells measured (circle), estimated (diamond) and projected (simulated: triangle)
+apart; the colour is the verdict, which is also written out. Seed values are read from the records the verdict
+names (Verdict.run_ids), through suite.judge.verdicts.claim_frame.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections import Counter
 
 import numpy as np
 import pandas as pd
+from matplotlib.font_manager import FontProperties
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
@@ -240,79 +242,59 @@ def _verdict_width(verdicts: list[Verdict]) -> float:
     return max(VERDICT_WIDTH, text_inches([v.at for v in verdicts if v.small_scale] or [""]) + 0.2)
 
 
+GLANCE_ROWS = 10  # claims between two copies of the ratio chart's x axis: a reader on row 30 reads it nearby
+
+
 def ratio_chart(rows: list[tuple[Claim, Verdict]]) -> Chart | None:
+    """Every claim without a panel of its own on one log axis, a row each. More than GLANCE_ROWS rows are cut into
+    blocks of that many, each with the axis's numbers under it, the first with them above it too."""
     if not rows:
         return None
     ids = [safe(c.id) for c, _ in rows]
-    fig, axes = figure(11, 0.34 * len(rows) + 1.3)
-    ax = axes[0, 0]
+    blocks = [rows[i : i + GLANCE_ROWS] for i in range(0, len(rows), GLANCE_ROWS)]
+    above = 0.25 if len(blocks) > 1 else 0.0  # the numbers above the first block
+    gap = 0.4  # between two blocks: the numbers under the first
+    fig, axes = figure(
+        11,
+        0.34 * len(rows) + 1.3 + above + gap * (len(blocks) - 1),
+        len(blocks),
+        1,
+        sharex=True,
+        gridspec_kw={"height_ratios": [len(block) for block in blocks]},
+    )
     seen: list[float] = []
     ratio_rows = 0
     bounds = any(v.floor is not None for _, v in rows)
-    for y, (claim, verdict) in enumerate(rows):
-        colour = COLOURS[verdict.verdict]
-        band = _band(claim) if on_ratio_axis(claim) else None
-        if band is not None and band[0] > 0:
-            ax.barh(y, band[1] - band[0], left=band[0], height=0.6, color="#dadce0", zorder=1)
-            for value in set(claim.paper_range):
-                ax.plot([value, value], [y - 0.3, y + 0.3], color="black", linewidth=1.5, zorder=2)
-            seen += list(band)
-        drawn = on_ratio_axis(claim) and verdict.measured is not None and verdict.measured > 0
-        if drawn:
-            judged = _judged(verdict)
-            if judged is not None and judged[0] > 0 and judged[1] > judged[0]:
-                ax.plot(judged, [y, y], color=colour, linewidth=2.5, zorder=3)
-                seen += list(judged)
-            ax.scatter(
-                verdict.measured,
-                y,
-                marker=MARKERS[kind(verdict.provenance)],
-                s=55,
-                color=colour,
-                zorder=4,
-                edgecolors="white",
-                linewidths=0.8,
-            )
-            seen.append(verdict.measured)
-        for shown in verdict.shown if on_ratio_axis(claim) else ():
-            if shown.value > 0:
-                ax.scatter(
-                    shown.value,
-                    y,
-                    marker=MARKERS[kind(shown.evidence)],
-                    s=40,
-                    facecolors="white",
-                    edgecolors=SHOWN,
-                    linewidths=1.3,
-                    zorder=3,
-                )
-                seen.append(shown.value)
-                drawn = True
-        if not drawn and on_ratio_axis(claim) and verdict.floor is not None and verdict.floor > 0:
-            # a lower bound (suite/judge/verdicts.py, _beyond_floors): every seed lies to its right
-            ax.scatter(verdict.floor, y, marker=">", s=70, color=colour, zorder=4, edgecolors="white", linewidths=0.8)
-            seen.append(verdict.floor)
-            drawn = True
-        ratio_rows += band is not None or drawn
-        if not drawn:
-            note = "no run here" if not verdict.run_ids else "no value on this axis"
-            where = blended_transform_factory(ax.transAxes, ax.transData)
-            ax.text(0.005, y, note, transform=where, va="center", fontsize="small", color=SHOWN, style="italic")
-        _verdict_text(ax, y, verdict)
-    _log_limits(ax, seen)
-    ax.set_yticks(range(len(rows)), ids)
-    ax.set_ylim(len(rows) - 0.5, -0.5)
-    ax.grid(axis="y", visible=False)
-    ax.set_xlabel("method ÷ baseline (log scale)" if ratio_rows else "")
-    ax.legend(
+    for ax, block in zip(axes[:, 0], blocks):
+        for y, (claim, verdict) in enumerate(block):
+            values, counted = _ratio_row(ax, y, claim, verdict)
+            seen += values
+            ratio_rows += counted
+        ax.set_yticks(range(len(block)), [safe(c.id) for c, _ in block])
+        ax.set_ylim(len(block) - 0.5, -0.5)
+        ax.grid(axis="y", visible=False)
+        ax.tick_params(axis="x", labelbottom=True)
+    for ax in axes[:, 0]:
+        _log_limits(ax, seen)
+    axes[0, 0].tick_params(axis="x", labeltop=len(blocks) > 1)
+    axes[-1, 0].set_xlabel("method ÷ baseline (log scale)" if ratio_rows else "")
+    axes[0, 0].legend(
         handles=_legend_handles(bounds),
         loc="lower left",
         bbox_to_anchor=(0.0, 1.0),
+        borderaxespad=0.5 + above * 72 / 8.5,  # in font sizes: above the numbers over the first block
         ncol=4,
         frameon=False,
         fontsize="small",
     )
-    margins(fig, left=0.3 + text_inches(ids), right=_verdict_width([v for _, v in rows]), bottom=0.55, top=0.65)
+    margins(
+        fig,
+        left=0.3 + text_inches(ids),
+        right=_verdict_width([v for _, v in rows]),
+        bottom=0.55,
+        top=0.65 + above,
+        hspace=gap * len(blocks) / (0.34 * len(rows) + 0.1),
+    )
     return chart(
         fig,
         "Claims at a glance: ratio claims and claims without runs here",
@@ -322,6 +304,61 @@ def ratio_chart(rows: list[tuple[Claim, Verdict]]) -> Chart | None:
         "suite/sim). Colour and the word on the right: the verdict."
         + (" Lower bound: every seed of the method lies above it (none reached the target)." if bounds else ""),
     )
+
+
+def _ratio_row(ax, y: int, claim: Claim, verdict: Verdict) -> tuple[list[float], bool]:
+    """One claim's row at `y`: its band, paper value, our value and what was judged, values shown beside, or a note
+    that there is none; the verdict on the right. Returns the values drawn and whether the row is on the axis."""
+    colour = COLOURS[verdict.verdict]
+    seen: list[float] = []
+    band = _band(claim) if on_ratio_axis(claim) else None
+    if band is not None and band[0] > 0:
+        ax.barh(y, band[1] - band[0], left=band[0], height=0.6, color="#dadce0", zorder=1)
+        for value in set(claim.paper_range):
+            ax.plot([value, value], [y - 0.3, y + 0.3], color="black", linewidth=1.5, zorder=2)
+        seen += list(band)
+    drawn = on_ratio_axis(claim) and verdict.measured is not None and verdict.measured > 0
+    if drawn:
+        judged = _judged(verdict)
+        if judged is not None and judged[0] > 0 and judged[1] > judged[0]:
+            ax.plot(judged, [y, y], color=colour, linewidth=2.5, zorder=3)
+            seen += list(judged)
+        ax.scatter(
+            verdict.measured,
+            y,
+            marker=MARKERS[kind(verdict.provenance)],
+            s=55,
+            color=colour,
+            zorder=4,
+            edgecolors="white",
+            linewidths=0.8,
+        )
+        seen.append(verdict.measured)
+    for shown in verdict.shown if on_ratio_axis(claim) else ():
+        if shown.value > 0:
+            ax.scatter(
+                shown.value,
+                y,
+                marker=MARKERS[kind(shown.evidence)],
+                s=40,
+                facecolors="white",
+                edgecolors=SHOWN,
+                linewidths=1.3,
+                zorder=3,
+            )
+            seen.append(shown.value)
+            drawn = True
+    if not drawn and on_ratio_axis(claim) and verdict.floor is not None and verdict.floor > 0:
+        # a lower bound (suite/judge/verdicts.py, _beyond_floors): every seed lies to its right
+        ax.scatter(verdict.floor, y, marker=">", s=70, color=colour, zorder=4, edgecolors="white", linewidths=0.8)
+        seen.append(verdict.floor)
+        drawn = True
+    if not drawn:
+        note = "no run here" if not verdict.run_ids else "no value on this axis"
+        where = blended_transform_factory(ax.transAxes, ax.transData)
+        ax.text(0.005, y, note, transform=where, va="center", fontsize="small", color=SHOWN, style="italic")
+    _verdict_text(ax, y, verdict)
+    return seen, band is not None or drawn
 
 
 def _log_limits(ax, values: list[float]) -> None:
@@ -365,17 +402,26 @@ def _legend_handles(bounds: bool = False) -> list:
     ]
 
 
+PANEL_INCHES = 0.7  # the height of one claim's panel (its two rows of seeds)
+
+
 def panel_chart(panels: list[tuple[Claim, Verdict]], frame: pd.DataFrame) -> Chart | None:
-    """A panel per claim: every seed of the method (verdict colour) and of the baseline (grey), their means."""
+    """A panel per claim: every seed of the method (verdict colour) and of the baseline (grey), their means; over
+    each, the claim's id, its verdict and the scale it was found at, stacked (side by side they ran into each other)."""
     if not panels:
         return None
     cols = 1 if len(panels) == 1 else 2
     grid_rows = math.ceil(len(panels) / cols)
     lines = max(wrap(_unit_label(c)).count("\n") + 1 for c, _ in panels)
-    fig, axes = figure(11, (1.35 + 0.17 * lines) * grid_rows + 0.2, grid_rows, cols)
+    above = max(_heading(None, c, v) for c, v in panels) / 72 + 0.05  # inches over each panel
+    below = 0.4 + 0.17 * lines  # inches under each panel: its numbers and the axis label
+    fig, axes = figure(
+        11, above + grid_rows * PANEL_INCHES + (grid_rows - 1) * (above + below) + below, grid_rows, cols
+    )
     labels: list[str] = []
     for ax, (claim, verdict) in zip(axes.flat, panels):
         labels += _panel(ax, claim, verdict, frame)
+        _heading(ax, claim, verdict)
     for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
     gap = (text_inches(labels) + 0.3) / (11 / cols)  # room for the right panel's row labels
@@ -383,9 +429,9 @@ def panel_chart(panels: list[tuple[Claim, Verdict]], frame: pd.DataFrame) -> Cha
         fig,
         left=0.3 + text_inches(labels),
         right=0.2,
-        bottom=0.4 + 0.17 * lines,
-        top=0.35,
-        hspace=(0.75 + 0.17 * lines) / 0.75,
+        bottom=below,
+        top=above,
+        hspace=(above + below) / PANEL_INCHES,
         wspace=0.15 + gap,
     )
     return chart(
@@ -394,6 +440,26 @@ def panel_chart(panels: list[tuple[Claim, Verdict]], frame: pd.DataFrame) -> Cha
         "Filled: the method's seeds (colour: the verdict); hollow grey: the baseline's; a vertical stroke marks "
         "each arm's mean; shaded: the test's margin around the baseline's mean, or the paper's band.",
     )
+
+
+def _heading(ax, claim: Claim, verdict: Verdict) -> float:
+    """Over the panel `ax`, from the top: the claim's id, its verdict, and the scale a small-scale finding was found
+    at (wrapped to LABEL_LIMIT); their height in points (with ax None, only that)."""
+    scale = verdict.word_at[len(verdict.verdict) :].strip()
+    parts = (
+        (wrap(scale) if scale else "", "x-small", "normal", COLOURS[verdict.verdict]),
+        (verdict.verdict, "small", "bold", COLOURS[verdict.verdict]),
+        (safe(claim.id), "small", "normal", "#262626"),
+    )
+    lift = 3.0
+    for text, size, weight, colour in parts:
+        if not text:
+            continue
+        if ax is not None:
+            ax.annotate(text, (0, 1), xycoords="axes fraction", xytext=(0, lift), textcoords="offset points",
+                        ha="left", va="bottom", fontsize=size, weight=weight, color=colour)  # fmt: skip
+        lift += 1.25 * FontProperties(size=size).get_size_in_points() * (text.count("\n") + 1) + 1
+    return lift
 
 
 def _panel(ax, claim: Claim, verdict: Verdict, frame: pd.DataFrame) -> list[str]:
@@ -431,8 +497,6 @@ def _panel(ax, claim: Claim, verdict: Verdict, frame: pd.DataFrame) -> list[str]
     ax.set_yticks(range(len(arms)), [a for a, _ in arms])
     ax.set_ylim(len(arms) - 0.4, -0.6)
     ax.grid(axis="y", visible=False)
-    ax.set_title(safe(claim.id), loc="left", fontsize="small")
-    ax.set_title(verdict.word_at.replace(" (", "\n(", 1), loc="right", fontsize="small", color=colour, weight="bold")
     ax.set_xlabel(wrap(_unit_label(claim)), fontsize="small")
     ax.tick_params(labelsize="small")
     ax.xaxis.get_offset_text().set_fontsize("small")

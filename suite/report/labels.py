@@ -5,6 +5,8 @@ among the method's runs, and the model, world size and protocol where those vary
 "+ac", strings as their value ("dense"), numbers as "C=0.5"; a parameter that follows from the model and
 world size already named is left out. Where two configurations would still share a label, every varying
 parameter is spelled key=value. The full configuration of each label is in the page's legend table.
+An arm's loss curves are drawn in one panel of at most frames.PANEL_LINES arms (Arm.panel), where no other
+arm has its colour.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 
 from suite.arms import arm_of
+from suite.report import frames
 
 OFF = ("none", "off", "")  # string values that mean "not used": left out of a label
 PRESENT = "\x00present"  # a dimension's "default" when only its presence varies
@@ -25,7 +28,8 @@ PROVENANCE_ORDER = {"measured": 0, "counted": 1, "estimated": 2, "simulated": 3}
 # 15 arm colours, each at least 30 CIELAB units (ΔE76) from every verdict colour (glance.COLOURS, the badges)
 # and 20 from the grey of "shown, not judged", and 25 from each other; none lighter than L* 80, so a line reads
 # on white. Picked by those rules from tab10, Dark2, Set1, tab20, Paired, Accent and Trubetskoy's 20 distinct
-# colours (tests/test_report_site.py checks them). More arms than this repeat them with another line style (_styles).
+# colours (tests/test_report_site.py checks them). More arms than this repeat them with another line style (_styles),
+# never within one panel of a line figure (frames.PANEL_LINES arms at most).
 PALETTE = [
     "#ff7f0e",
     "#17becf",
@@ -52,6 +56,7 @@ class Arm:
     config: str  # the full configuration in words
     varying: dict[str, str]  # the varying parameters' values, for the runs table's columns
     dash: str = "solid"  # the line style (DASHES): a second channel where a kind has more arms than colours
+    panel: tuple[int, str] = (0, "")  # the small multiple its loss curves are drawn in: its place and title (_panels)
 
 
 def key(record: dict) -> str:
@@ -281,13 +286,14 @@ def _group_rank(record: dict, groups: dict[str, list], kinds: Counter) -> int:
     return 0 if kinds[provenance] <= len(PALETTE) else groups[provenance].index(optimizer_of(record))
 
 
-def _styles(firsts: list[dict]) -> list[tuple[str, str]]:
+def _styles(firsts: list[dict], panels: list[object] | None = None) -> list[tuple[str, str]]:
     """A colour and a line style per arm, counted afresh for each kind of evidence (each kind has its own
     figures); an arm keeps both in every figure of the page. Up to len(PALETTE) arms of a kind get a colour
     each, all solid. Beyond that the palette repeats, never another hue (which could come near a verdict's):
     arms are counted optimizer by optimizer and each optimizer gets its own line style, so two arms of one
     colour are 15 apart in that count, hence of different optimizers and styles wherever an optimizer has at
-    most 15 arms; more than that in one optimizer moves on to the next style."""
+    most 15 arms; more than that in one optimizer moves on to the next style. Arms of one panel (`panels`: each
+    arm's, None for an arm in none) never share a colour: an arm whose colour its panel has takes the next free one."""
     kinds = Counter(r["provenance"] for r in firsts)
     groups: dict[str, list[str | None]] = {}
     for r in firsts:
@@ -297,15 +303,32 @@ def _styles(firsts: list[dict]) -> list[tuple[str, str]]:
     order = sorted(range(len(firsts)), key=lambda i: _group_rank(firsts[i], groups, kinds))
     seen: Counter = Counter()
     within: Counter = Counter()
+    taken: dict[object, set[str]] = {}
     out: list[tuple[str, str]] = [("", "")] * len(firsts)
     for i in order:
         r, provenance = firsts[i], firsts[i]["provenance"]
         group = (provenance, optimizer_of(r))
         n = seen[provenance]
         dash = _group_rank(r, groups, kinds) + within[group] // len(PALETTE)
-        out[i] = (PALETTE[n % len(PALETTE)], DASHES[dash % len(DASHES)])
+        panel = None if panels is None else panels[i]
+        used = taken.setdefault(panel, set()) if panel is not None else set()
+        colour = next(c for k in range(len(PALETTE)) if (c := PALETTE[(n + k) % len(PALETTE)]) not in used)
+        used.add(colour)
+        out[i] = (colour, DASHES[dash % len(DASHES)])
         seen[provenance] += 1
         within[group] += 1
+    return out
+
+
+def _panels(firsts: list[dict], curved: list[bool]) -> list[tuple[str, int, str] | None]:
+    """Each arm's panel in its kind's loss figure, frames.panels over the kind's arms with a curve (`curved`), as
+    (kind, place, title); None for an arm without a curve."""
+    out: list[tuple[str, int, str] | None] = [None] * len(firsts)
+    for provenance in dict.fromkeys(r["provenance"] for r in firsts):
+        drawn = [i for i, r in enumerate(firsts) if r["provenance"] == provenance and curved[i]]
+        for n, (title, members) in enumerate(frames.panels([frames.traits(firsts[i]) for i in drawn])):
+            for m in members:
+                out[drawn[m]] = (provenance, n, title)
     return out
 
 
@@ -330,7 +353,9 @@ def arms(records: list[dict]) -> dict[str, Arm]:
         k: label if len(label) <= LABEL_LIMIT else f"{label[: LABEL_LIMIT - 5].rstrip()} #{i}"
         for i, (k, label) in enumerate(labels.items(), 1)
     }
-    styles = _styles(list(firsts.values()))
+    curved = {key(r) for r in records if r.get("curve")}
+    panels = _panels(list(firsts.values()), [k in curved for k in firsts])
+    styles = _styles(list(firsts.values()), panels)
     names = {n for r in records for n in _dims(r) if n.startswith(("variant.", "setting."))}
     columns = sorted(n for n in names if _varies(records, n))  # each name once: per record, it was quadratic
     return {
@@ -340,6 +365,7 @@ def arms(records: list[dict]) -> dict[str, Arm]:
             describe(r),
             {c.split(".", 1)[1]: _shown_value(_dims(r).get(c)) for c in columns},
             dash,
+            (panel[1], panel[2]) if panel else (0, ""),
         )
-        for (k, r), (colour, dash) in zip(firsts.items(), styles)
+        for (k, r), (colour, dash), panel in zip(firsts.items(), styles, panels)
     }

@@ -63,6 +63,10 @@ class Reproduction:
         return {a.label: a.dash for a in self.arms.values()}
 
     @property
+    def panels(self) -> dict[str, tuple[int, str]]:
+        return {a.label: a.panel for a in self.arms.values()}
+
+    @property
     def counts(self) -> list[tuple[str, int]]:
         return glance.counts(self.verdicts)
 
@@ -269,8 +273,9 @@ def _section(repro: Reproduction, label: str, records: list[dict], hrefs: list[s
     # a simulated record projects time only: its memory and bytes are its estimate's, drawn in that section
     projection = label == "simulated"
     merge = label == "estimated"  # no seed noise: estimates alike to 1% are one setting's numbers
+    curves = frames.curves(records, names)
     charts = [
-        None if projection else figures.loss_curves(frames.curves(records, names), label, colours, repro.dashes),
+        None if projection else figures.loss_curves(curves, label, colours, repro.dashes, repro.panels),
         None if projection else figures.lr_sweep(frames.lr_sweep(records, names)),
         None if projection else figures.memory_bars(frames.memory(records, names), label, merge),
         None if projection else figures.comm_bytes(frames.comm(records, names), label, merge),
