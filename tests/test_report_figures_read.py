@@ -61,10 +61,36 @@ def series(axes: ET.Element) -> list[tuple[str, str, str, list[float]]]:
         path, use = line.find(f"{SVG}path"), line.find(f".//{SVG}use")
         style = _style(path if path is not None else use)
         d = (path.get("d") or "") if path is not None else ""
-        ys = [float(y) for y in re.findall(r"[ML] [-\d.e]+ ([-\d.e]+)", d)]
+        ys = [y for _, y in path_points(d)]
         marker = use.get(HREF) if use is not None else ""
         out.append((style.get("stroke", ""), style.get("stroke-dasharray", ""), marker, ys))
     return out
+
+
+PATH_TOKEN = re.compile(r"[A-Za-z]|-?(?:\d+(?:\.\d*)?|\.\d+)(?:e[-+]?\d+)?")
+PAIRS = {"M": 1, "m": 1, "L": 1, "l": 1, "Q": 2, "C": 3}
+
+
+def path_points(d: str) -> list[tuple[float, float]]:
+    """The vertices of an SVG path as compact.py writes it (absolute moves and curves, lines relative "l", a command
+    letter not repeated, ".5" and "-.5" numbers), in absolute coordinates."""
+    points, at, start, command, numbers = [], (0.0, 0.0), (0.0, 0.0), "", []
+    for token in [*PATH_TOKEN.findall(d), "z"]:
+        if token.isalpha():
+            command, numbers = token, []
+            if token in "zZ":
+                at = start
+            continue
+        numbers.append(float(token))
+        if len(numbers) < 2 * PAIRS.get(command, 1):
+            continue
+        x, y = numbers[-2:]
+        at = (at[0] + x, at[1] + y) if command in "ml" else (x, y)
+        start = at if command in "Mm" else start
+        points.append(at)
+        numbers = []
+        command = {"M": "L", "m": "l"}.get(command, command)  # pairs after a move are lines
+    return points
 
 
 def texts(group: ET.Element) -> list[tuple[str, float]]:
@@ -114,7 +140,9 @@ def zoom_problems(figures: list[tuple[str, str, ET.Element]]) -> list[str]:
         for axes, numbers in labelled:
             (v0, y0), (v1, y1) = numbers[0], numbers[-1]
             nats = abs((v1 - v0) / (y1 - y0))  # per SVG unit
-            box = [float(v) for v in re.findall(r"[-\d.]+", axes.find(f"{SVG}g/{SVG}path").get("d"))]
+            # the axes' background, its first path (compact.py unwraps the patch's group, which has no id left)
+            background = axes.find(f"{SVG}path")
+            box = [c for point in path_points(background.get("d")) for c in point]
             height = (max(box[1::2]) - min(box[1::2])) * nats
             ends = [ys[-1] for *_, ys in series(axes) if ys]
             spread = (max(ends) - min(ends)) * nats

@@ -15,12 +15,14 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from suite.judge.claims import claims_for
 from suite.judge.verdicts import judge_all
 from suite.plan.command import plan_runs
 from suite.records import load_records
-from suite.report import frames, labels, summary
+from suite.report import frames, labels, pages, summary
 from tests.report_fixtures import make_record
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -194,3 +196,17 @@ def test_the_baselines_index_shows_its_comparison():
     assert "Numbers per arm" in index and index.count("<svg") >= 2
     for arm in ("ddp", "fsdp", "zero1", "pp", "tp"):
         assert f"</span>{arm}</td>" in index or f">{arm}</td>" in index
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sets(st.integers(0, 64), min_size=1))
+def test_rank_ranges_name_exactly_the_ranks(ranks):
+    spans = [s.split("-") for s in pages.rank_ranges(list(ranks)).split(", ")]
+    assert {r for s in spans for r in range(int(s[0]), int(s[-1]) + 1)} == ranks
+
+
+def test_a_run_pages_ledger_gives_ranks_with_equal_rows_one_row():
+    record = make_record("ddp", 0, world_size=4)
+    table = pages._ledger(record)
+    per_rank = {len(r["ops"]) for r in record["comm"]["per_rank"]}
+    assert len(table.rows) == per_rank.pop() and table.rows[0][0].text == "0-3"

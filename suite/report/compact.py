@@ -14,6 +14,9 @@ import re
 from collections import Counter
 
 DECIMALS = 1
+# the groups a reader's tools (and tests/test_report_figures_read.py) find a figure's panels, lines and ticks by:
+# their ids stay, and so the groups
+STRUCTURE = re.compile(r"(figure|axes|legend|line2d|xtick|ytick)_\d+$")
 # the attributes that hold coordinates or lengths (numbers in colours, ids or words stay as written)
 GEOMETRY = ("d", "x", "y", "x1", "x2", "y1", "y2", "cx", "cy", "r", "width", "height", "points", "transform")
 _ATTRIBUTE = re.compile(rf'(\s(?:{"|".join(GEOMETRY)})=")([^"]*)"')
@@ -84,7 +87,8 @@ def _between_texts(part: str, referenced: set[str]) -> str:
     part = re.sub(r"<!--.*?-->", "", part, flags=re.S)
     part = re.sub(r">\s+<", "><", part)
     part = re.sub(r">\s+$", ">", re.sub(r"^\s+<", "<", part))
-    return re.sub(r' id="([^"]*)"', lambda m: m.group(0) if m.group(1) in referenced else "", part)
+    kept = lambda m: m.group(0) if m.group(1) in referenced or STRUCTURE.match(m.group(1)) else ""  # noqa: E731
+    return re.sub(r' id="([^"]*)"', kept, part)
 
 
 def _without_bare_groups(svg: str) -> str:

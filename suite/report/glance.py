@@ -216,14 +216,23 @@ def _judged(verdict: Verdict) -> tuple[float, float] | None:
     return None
 
 
+def own_word(verdict: Verdict) -> str:
+    """A compound card's own half's word as the card's words read (at small scale where the card is); '' else."""
+    if not verdict.own:
+        return ""
+    return SMALL_SCALE.get(verdict.own, verdict.own) if verdict.small_scale else verdict.own
+
+
 def _verdict_text(ax, y: float, verdict: Verdict) -> None:
-    """The word on the right of a row; a small-scale finding has its scale on a second line beneath it."""
+    """The word on the right of a row, "(compound)" after a compound card's (its word is its weakest half's, its
+    marker its own half's colour); a small-scale finding has its scale on a second line beneath it."""
     where = blended_transform_factory(ax.transAxes, ax.transData)
     colour = COLOURS[verdict.verdict]
+    word = f"{verdict.verdict} (compound)" if verdict.own else verdict.verdict
     if not verdict.small_scale:
-        ax.text(1.01, y, verdict.verdict, transform=where, color=colour, va="center", fontsize="small", weight="bold")
+        ax.text(1.01, y, word, transform=where, color=colour, va="center", fontsize="small", weight="bold")
         return
-    for text, va, lift, style in ((verdict.verdict, "bottom", 1.5, "bold"), (verdict.at, "top", -1.5, "normal")):
+    for text, va, lift, style in ((word, "bottom", 1.5, "bold"), (verdict.at, "top", -1.5, "normal")):
         ax.annotate(
             text,
             (1.01, y),
@@ -239,7 +248,8 @@ def _verdict_text(ax, y: float, verdict: Verdict) -> None:
 
 def _verdict_width(verdicts: list[Verdict]) -> float:
     """The right margin the words (and scales) of `verdicts` need."""
-    return max(VERDICT_WIDTH, text_inches([v.at for v in verdicts if v.small_scale] or [""]) + 0.2)
+    words = [f"{v.verdict} (compound)" for v in verdicts if v.own] + [v.at for v in verdicts if v.small_scale]
+    return max(VERDICT_WIDTH, text_inches(words or [""]) + 0.2)
 
 
 GLANCE_ROWS = 10  # claims between two copies of the ratio chart's x axis: a reader on row 30 reads it nearby
@@ -301,7 +311,8 @@ def ratio_chart(rows: list[tuple[Claim, Verdict]]) -> Chart | None:
         "Black tick: the paper's value; grey bar: its band. Marker: our value (circle measured, diamond "
         "estimated); coloured line: what was judged against the band (the seeds' 95% interval or the range over "
         "settings). Hollow grey markers are shown beside the verdict, not judged (triangle: projected by "
-        "suite/sim). Colour and the word on the right: the verdict."
+        "suite/sim). Colour and the word on the right: the verdict; a compound card's word is its weakest half's, "
+        "marked (compound); its marker has its own half's colour."
         + (" Lower bound: every seed of the method lies above it (none reached the target)." if bounds else ""),
     )
 
@@ -309,7 +320,7 @@ def ratio_chart(rows: list[tuple[Claim, Verdict]]) -> Chart | None:
 def _ratio_row(ax, y: int, claim: Claim, verdict: Verdict) -> tuple[list[float], bool]:
     """One claim's row at `y`: its band, paper value, our value and what was judged, values shown beside, or a note
     that there is none; the verdict on the right. Returns the values drawn and whether the row is on the axis."""
-    colour = COLOURS[verdict.verdict]
+    colour = COLOURS[own_word(verdict) or verdict.verdict]  # a compound card's value is its own half's
     seen: list[float] = []
     band = _band(claim) if on_ratio_axis(claim) else None
     if band is not None and band[0] > 0:

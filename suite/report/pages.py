@@ -508,18 +508,41 @@ def _run_sections(record: dict) -> list[tuple[str, str, Table]]:
         (
             "Memory per rank",
             memory["method"],
-            tables.records_table(memory["per_rank"], MEMORY_COLUMNS, {c: fmt_bytes for c in MEMORY_COLUMNS[1:]}),
+            tables.records_table(
+                _merged_ranks(memory["per_rank"], MEMORY_COLUMNS[1:]),
+                ["ranks", *MEMORY_COLUMNS[1:]],
+                {c: fmt_bytes for c in MEMORY_COLUMNS[1:]},
+            ),
         ),
         (f"Communication ledger ({comm.get('steps')} steps)", comm["method"], _ledger(record)),
     ]
 
 
+def _merged_ranks(rows: list[dict], columns: list[str]) -> list[dict]:
+    """Rows of ranks (each with "rank"), ranks whose `columns` are all equal in one row named by its ranks ("0-7"):
+    the same numbers, an eighth of the page on eight ranks."""
+    ranks: dict[tuple, list[int]] = {}
+    for row in rows:
+        ranks.setdefault(tuple(row.get(c) for c in columns), []).append(row["rank"])
+    return [{"ranks": rank_ranges(mine), **dict(zip(columns, values))} for values, mine in ranks.items()]
+
+
 def _ledger(record: dict) -> Table:
+    """The ledger a row per operation and the ranks that made it alike."""
     steps = record["comm"].get("steps") or 0
-    rows = [
-        {"rank": r["rank"], **op, "bytes/step": op["bytes"] / steps if steps else None}
-        for r in record["comm"]["per_rank"]
-        for op in r["ops"]
-    ]
-    columns = ["rank", "op", "group", "tier", "group_size", "count", "bytes", "wire_bytes", "bytes/step"]
-    return tables.records_table(rows, columns, {"bytes": fmt_bytes, "wire_bytes": fmt_bytes, "bytes/step": fmt_bytes})
+    columns = ["op", "group", "tier", "group_size", "count", "bytes", "wire_bytes"]
+    ops = [{"rank": r["rank"], **op} for r in record["comm"]["per_rank"] for op in r["ops"]]
+    rows = [{**row, "bytes/step": row["bytes"] / steps if steps else None} for row in _merged_ranks(ops, columns)]
+    formats = {"bytes": fmt_bytes, "wire_bytes": fmt_bytes, "bytes/step": fmt_bytes}
+    return tables.records_table(rows, ["ranks", *columns, "bytes/step"], formats)
+
+
+def rank_ranges(ranks: list[int]) -> str:
+    """[0, 1, 2, 3, 6] as "0-3, 6"."""
+    spans: list[list[int]] = []
+    for rank in sorted(ranks):
+        if spans and rank == spans[-1][1] + 1:
+            spans[-1][1] = rank
+        else:
+            spans.append([rank, rank])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
