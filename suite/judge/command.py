@@ -16,17 +16,22 @@ GPU_CHECK = "benchmarks/gpu_check.py"  # what a GPU check's summary.json names (
 def gpu_checks(folder: Path) -> list[Path]:
     """The folders below `folder` that hold a GPU check's records (its summary.json names GPU_CHECK): runs
     shortened and items cut at each step's share of the check's budget, a check of the machinery, not a plan run.
-    No report reads them (a report reads its reproduction's plan runs, suite/plan/command.py plan_runs), so
-    `verdicts` over a folder above one leaves it out; named itself, it is read like any folder."""
-    found = []
-    for summary in sorted(Path(folder).rglob("summary.json")):
-        try:
-            what = json.loads(summary.read_text()).get("what", "")
-        except (OSError, ValueError, AttributeError):
-            continue
-        if summary.parent != Path(folder) and GPU_CHECK in str(what):
-            found.append(summary.parent)
-    return found
+    No plan run's report reads them (a report reads its reproduction's plan runs, suite/plan/command.py plan_runs;
+    reports/gpu shows them apart, said to be a check), so `verdicts` over a folder above one leaves it out; named
+    itself, it is read like any folder."""
+    return [
+        s.parent
+        for s in sorted(Path(folder).rglob("summary.json"))
+        if s.parent != Path(folder) and is_gpu_check(s.parent)
+    ]
+
+
+def is_gpu_check(folder: Path) -> bool:
+    """Whether `folder` holds a GPU check: its summary.json names GPU_CHECK."""
+    try:
+        return GPU_CHECK in str(json.loads((Path(folder) / "summary.json").read_text()).get("what", ""))
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def verdicts(folders: list[str], as_json: bool = False) -> int:
@@ -42,7 +47,7 @@ def verdicts(folders: list[str], as_json: bool = False) -> int:
         loaded, skipped = load_records(folder)
         found = [r for r in loaded if not any(Path(r["_path"]).is_relative_to(c) for c in checks)]
         origins += [
-            f"{shown_path(c)}: left out, a GPU check's records ({GPU_CHECK}; no report reads them; name it to judge it)"
+            f"{shown_path(c)}: left out, a GPU check's records ({GPU_CHECK}; its own report; name it to judge it)"
             for c in checks
         ]
         # a damaged record judged nothing: never left out without a word (the report names them too)

@@ -29,6 +29,7 @@ from markupsafe import Markup
 from suite.atomic import write_text
 from suite.errors import UsageError
 from suite.judge.claims import Claim, ClaimsError, claims_for
+from suite.judge.command import GPU_CHECK, is_gpu_check
 from suite.judge.verdicts import judge_all, trend_words
 from suite.records import load_records
 from suite.report import figures, site, summary
@@ -126,6 +127,7 @@ def build_report_for(
     for name in claims_by_reproduction or {}:
         groups.setdefault(name, [])
     run_files = {id(r): f"runs/{_slug(r['run_id'], _page_key(r, i))}.html" for i, r in enumerate(records)}
+    check = machinery_check(records)
     repros = [_evaluated(name, groups[name], claims_by_reproduction) for name in sorted(groups)]
 
     templates, written = _templates(), []
@@ -138,15 +140,27 @@ def build_report_for(
 
     runs = [(run_files[id(r)], r, f"../{repro.href}") for repro in repros for r in repro.records]
     with _run_pages(out, runs) as run_pages:
-        write("index.html", "index.html.j2", index_context(repros, skipped, len(records)))
+        write("index.html", "index.html.j2", {**index_context(repros, skipped, len(records)), "check": check})
         run_hrefs = {key: f"../{path}" for key, path in run_files.items()}
         for repro in repros:
             write(repro.href, "reproduction.html.j2", reproduction_context(repro, run_hrefs, records))
     written += run_pages
-    entries = [_summary_entry(r, run_files) for r in repros]
+    entries = [{**_summary_entry(r, run_files), "check": check} for r in repros]
     write_text(out / site.SUMMARY, site.summary(entries, len(records), len(skipped)), durable=False)
     _remove_stale(out, written)
     return out / "index.html"
+
+
+def machinery_check(records: list[dict]) -> str:
+    """What a folder of a GPU check's records is (suite.judge.command.is_gpu_check), said on its index and the site
+    index; '' for plan runs."""
+    folders = {Path(r["_folder"]).parent for r in records if r.get("_folder")}
+    if not any(is_gpu_check(f) for f in folders):
+        return ""
+    return (
+        f"a GPU check ({GPU_CHECK}): its runs cut short to fit a lent GPU's minutes, a check of the machinery; the "
+        "words here are these records' alone and decide no card of the other folders"
+    )
 
 
 # from this many run pages on, a second process writes them while this one builds the reproductions' pages (a

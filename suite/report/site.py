@@ -57,6 +57,7 @@ def _folder(folder: Path, site: Path) -> dict | None:
                 "href": f"{prefix}/{entry['href']}",
                 "paper_href": paper_href(entry["paper"]),
                 "hardware": entry.get("hardware", "not recorded"),  # a folder written before it was kept
+                "check": entry.get("check", ""),
                 "trends": [(f"{prefix}/{href}", card, words) for href, card, words in entry.get("trends", [])],
                 "decided": {
                     title: [
