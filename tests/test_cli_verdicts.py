@@ -4,8 +4,9 @@
 A report (reports/NAME) is built from its reproduction's plan runs, results/NAME-PRESET (suite.plan.command.plan_runs;
 the rebuild in tests/test_committed_reports.py). results/gpu is no plan run: it holds a GPU check's records
 (benchmarks/gpu_check.py, docs/gpu-check.md: runs shortened to 20 steps and items cut at each step's share of a 480 s
-budget), a check of the machinery on a GPU node. No report reads it, so `verdicts` over a folder above it leaves it
-out and says so; named itself, it is judged like any folder.
+budget), a check of the machinery on a GPU node. No plan run's report reads it (reports/gpu shows it apart, as a
+check), so `verdicts` over a folder above it leaves it out and says so; named itself, it is judged like any folder,
+and reports/gpu gives its cards the words `verdicts results/gpu` gives.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from suite.judge.command import gpu_checks
 from suite.judge.verdicts import verdict_rows
 from suite.plan.command import plan_runs
 from suite.records import load_records
+from tests.test_committed_reports import machine_folders
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORTS = sorted(p.name for p in (ROOT / "reports").iterdir() if p.is_dir())
@@ -42,8 +44,16 @@ def test_verdicts_over_the_committed_results_give_each_card_its_reports_verdict(
     while reports/flash-io, built from results/flash-io-smoke, says "not testable here"."""
     monkeypatch.chdir(ROOT)
     cli, _ = _cli_rows(capsys, "results")
+    checks = {c.name for c in gpu_checks(ROOT / "results")}
     differ = {}
     for name in REPORTS:
+        if name in checks:  # a GPU check's report: its records alone, as `verdicts results/NAME` judges them
+            records = [r for folder in machine_folders(name) for r in load_records(folder)[0]]
+            alone, _ = _cli_rows(capsys, Path("results") / name)
+            for row in verdict_rows(records):
+                if _word(row) != _word(alone[row["claim"]]):
+                    differ[f"{name}: {row['claim']}"] = f"report {_word(row)[:2]}, {_word(alone[row['claim']])[:2]}"
+            continue
         results = Path("results") / f"{name}-smoke"
         records = [r for folder in plan_runs(results, name) for r in load_records(folder)[0]]
         for row in verdict_rows(records):
