@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator, Iterable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -38,9 +39,44 @@ from suite.run.optim import OptimizerSpec
 from suite.run.strategy import Context
 
 
-def selected_count(shape: tuple[int, int], fraction: float) -> int:
-    """k: slices along the shorter side (rows when rows <= cols) that one step orthogonalizes."""
-    return max(1, math.ceil(fraction * min(shape)))
+def selected_count(n: int, fraction: float) -> int:
+    """k: slices of the n along the selected side that one step orthogonalizes."""
+    return max(1, math.ceil(fraction * n))
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The slices one step orthogonalizes: rows (dim 0) or columns (dim 1) `index` of this rank's part of M,
+    `slices` their values before the decay, `counts` the selected submatrix's rows on each rank."""
+
+    dim: int
+    index: torch.Tensor
+    slices: torch.Tensor
+    counts: list[int]
+
+
+def select(
+    m: torch.Tensor, shape: tuple[int, int], rows: Rows, by_rows: bool, fraction: float, decay: float
+) -> Generator:
+    """Take M's top slices by l1 norm (summed over the shard group: one process's choice on every rank) out of
+    this rank's part of M, decaying them there; a generator for `lockstep`, returning the Selection."""
+    if by_rows:  # this rank's rows' norms in place, zeros elsewhere: the sum is every row's
+        norms = m.new_zeros(shape[0])
+        norms[rows.offset : rows.offset + m.shape[0]] = m.norm(p=1, dim=1)
+    else:
+        norms = m.norm(p=1, dim=0)
+    norms = yield norms, rows.group
+    chosen = torch.topk(norms, selected_count(norms.numel(), fraction)).indices.sort().values
+    if not by_rows:
+        slices = m[:, chosen]
+        m[:, chosen] = slices * decay
+        return Selection(1, chosen, slices, list(rows.counts))
+    ends = torch.tensor(rows.counts, device=chosen.device).cumsum(0)
+    counts = torch.bucketize(chosen, ends, right=True).bincount(minlength=len(ends)).tolist()
+    mine = chosen[(chosen >= rows.offset) & (chosen < rows.offset + m.shape[0])] - rows.offset
+    slices = m[mine]
+    m[mine] = slices * decay
+    return Selection(0, mine, slices, counts)
 
 
 class Dion2(MatrixOptimizer):
@@ -77,26 +113,9 @@ class Dion2(MatrixOptimizer):
         m = state["momentum"]
         m.add_(g)
         shape = as_matrix(p).shape
-        by_rows = shape[0] <= shape[1]
-        if by_rows:  # this rank's rows' norms in place, zeros elsewhere: the sum is every row's
-            norms = m.new_zeros(shape[0])
-            norms[rows.offset : rows.offset + m.shape[0]] = m.norm(p=1, dim=1)
-        else:
-            norms = m.norm(p=1, dim=0)
-        norms = yield norms, rows.group
-        chosen = torch.topk(norms, selected_count(shape, group["fraction"])).indices.sort().values
-        if by_rows:
-            ends = torch.tensor(rows.counts, device=chosen.device).cumsum(0)
-            counts = torch.bucketize(chosen, ends, right=True).bincount(minlength=len(ends)).tolist()
-            mine = chosen[(chosen >= rows.offset) & (chosen < rows.offset + m.shape[0])] - rows.offset
-            selected = m[mine]
-            m[mine] = selected * group["ef_decay"]
-        else:
-            counts, mine = list(rows.counts), chosen
-            selected = m[:, mine]
-            m[:, mine] = selected * group["ef_decay"]
-        o = rows.gather_apply_scatter(selected, counts, owner, orthogonalizer(group["orthogonalize"]))
-        apply_update(p, group, o, dim=0 if by_rows else 1, index=mine)
+        chosen = yield from select(m, shape, rows, shape[0] <= shape[1], group["fraction"], group["ef_decay"])
+        o = rows.gather_apply_scatter(chosen.slices, chosen.counts, owner, orthogonalizer(group["orthogonalize"]))
+        apply_update(p, group, o, dim=chosen.dim, index=chosen.index)
 
 
 def build_dion2(model: nn.Module, cfg: RunConfig, ctx: Context, params: dict) -> Dion2:

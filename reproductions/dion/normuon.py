@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Generator, Iterable
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from baselines.muon import as_matrix, local, matrix_groups
@@ -70,12 +71,20 @@ class NorMuon(MatrixOptimizer):
         m, v = state["momentum"], state["variance"]
         m.mul_(group["mu"]).add_(g)
         u = g.add(m, alpha=group["mu"]) if group["nesterov"] else m
-        o = rows.gather_apply_scatter(u, list(rows.counts), owner, orthogonalizer(group["orthogonalize"])).float()
-        v.lerp_((o * o).mean(dim=1, keepdim=True), 1 - group["beta2"])
-        n = o / (v.sqrt() + EPS)
-        squares = yield torch.stack([(o * o).sum(), (n * n).sum()]), rows.group
-        norm_o, norm_n = squares.sqrt()
-        apply_update(p, group, n * (norm_o / norm_n.clamp(min=EPS)))
+        o = rows.gather_apply_scatter(u, list(rows.counts), owner, orthogonalizer(group["orthogonalize"]))
+        n = yield from normalize(o.float(), v, group["beta2"], rows.group)
+        apply_update(p, group, n)
+
+
+def normalize(o: torch.Tensor, v: torch.Tensor, beta2: float, group: dist.ProcessGroup | None) -> Generator:
+    """NorMuon's step on this rank's rows of O (float32): v (those rows' second moments) updated in place, each
+    row divided by its RMS, the result scaled back to ||O||_F (the two norms summed over `group`: a generator for
+    `lockstep`, returning N)."""
+    v.lerp_((o * o).mean(dim=1, keepdim=True), 1 - beta2)
+    n = o / (v.sqrt() + EPS)
+    squares = yield torch.stack([(o * o).sum(), (n * n).sum()]), group
+    norm_o, norm_n = squares.sqrt()
+    return n * (norm_o / norm_n.clamp(min=EPS))
 
 
 def build_normuon(model: nn.Module, cfg: RunConfig, ctx: Context, params: dict) -> NorMuon:

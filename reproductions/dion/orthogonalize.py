@@ -1,4 +1,4 @@
-"""The orthogonalizers NorMuon and Dion2 choose from: Polar Express (their reference's default) or Muon's quintic.
+"""The orthogonalizers NorMuon, Dion2 and Dion3 choose from: Polar Express (the reference's default) or Muon's.
 
 Polar Express (Amsel, Persson, Musco, Gower 2025, arXiv 2505.16932) replaces Newton-Schulz's one fixed
 quintic with five tuned ones, p_t(X) = a_t X + b_t (X X^T) X + c_t (X X^T)^2 X, from the paper's 5-step

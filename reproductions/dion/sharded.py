@@ -1,5 +1,5 @@
-"""What NorMuon and Dion2 share: one step loop over matrices held whole or as FSDP2 row shards, and the
-`--set` parameters both take.
+"""What NorMuon, Dion2 and Dion3 share: one step loop over matrices held whole or as FSDP2 row shards, and the
+`--set` parameters all take.
 
 Each matrix is a generator task run by `lockstep` (dion.py): the small sums it yields (row norms, Frobenius
 norms) go out as one flat all-reduce per process group and round. A sharded matrix's rows are gathered whole

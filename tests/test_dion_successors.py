@@ -1,6 +1,6 @@
-"""NorMuon and Dion2 (reproductions/dion/normuon.py, dion2.py) on one process: what each step is made of, the
-Polar Express orthogonalizer, their `--set` parameters and errors. The numbers themselves are checked against
-the reference in tests/test_dion2_normuon_reference.py."""
+"""NorMuon, Dion2 and Dion3 (reproductions/dion/normuon.py, dion2.py, dion3.py) on one process: what each step
+is made of, the Polar Express orthogonalizer, their `--set` parameters and errors. The numbers themselves are
+checked against the reference in tests/test_dion_successors_reference.py."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from torch import nn
 
 from baselines.muon import newton_schulz5
 from reproductions.dion.dion2 import DION2, Dion2
+from reproductions.dion.dion3 import DION3, Dion3
 from reproductions.dion.normuon import NORMUON, NorMuon
 from reproductions.dion.orthogonalize import polar_express
 from suite.config import RunConfig
@@ -64,6 +65,25 @@ def test_dion2_moves_and_decays_only_the_selected_slices(shape, dim):
     assert decayed == chosen
 
 
+@pytest.mark.parametrize("shape", [(20, 6), (6, 20)])
+def test_dion3_moves_the_selected_rows_each_by_the_same_norm(shape):
+    """Dion3 picks rows even of a tall matrix; on the first step (v = 0) NorMuon's normalization gives each moved
+    row the same norm, and only those rows' momentum is decayed (by mu) and second moment set."""
+    x = nn.Parameter(torch.randn(shape))
+    g = torch.randn(shape)
+    before = x.detach().clone()
+    opt = Dion3([x], lr=0.1, fraction=0.5, mu=0.9, weight_decay=0.0)
+    x.grad = g
+    opt.step()
+    chosen = sorted(g.norm(p=1, dim=1).topk(shape[0] // 2).indices.tolist())
+    moved = (x.detach() - before).norm(dim=1)
+    assert (moved > 0).nonzero().flatten().tolist() == chosen
+    torch.testing.assert_close(moved[chosen], moved[chosen].mean().expand(len(chosen)), rtol=1e-4, atol=0)
+    state = opt.state[x]
+    assert (state["momentum"] != g).any(dim=1).nonzero().flatten().tolist() == chosen
+    assert (state["variance"].flatten() > 0).nonzero().flatten().tolist() == chosen
+
+
 def test_weight_decay_reaches_every_weight():
     x = nn.Parameter(torch.ones(4, 12))
     opt = Dion2([x], lr=0.1, fraction=0.25, weight_decay=0.5)
@@ -80,7 +100,11 @@ def test_specs_parse_their_parameters():
     }  # fmt: skip
     _, dion2 = split_variant(RunConfig(optimizer="dion2", variant={"orthogonalize": "newton_schulz"}))
     assert dion2 == {"fraction": 0.25, "ef_decay": 0.95, "adjust_lr": "spectral_norm", "orthogonalize": "newton_schulz"}
-    assert (NORMUON.name, DION2.name) == ("normuon", "dion2")
+    _, dion3 = split_variant(RunConfig(optimizer="dion3", variant={"mu": "0.9"}))
+    assert dion3 == {
+        "fraction": 0.25, "mu": 0.9, "beta2": 0.95, "adjust_lr": "spectral_norm", "orthogonalize": "polar_express",
+    }  # fmt: skip
+    assert (NORMUON.name, DION2.name, DION3.name) == ("normuon", "dion2", "dion3")
 
 
 def test_errors_name_the_fix():
@@ -94,3 +118,5 @@ def test_errors_name_the_fix():
         Dion2([nn.Parameter(torch.zeros(2, 2))], orthogonalize="svd")
     with pytest.raises(ValueError, match="dion2: fraction must be in \\(0, 1\\]"):
         Dion2([nn.Parameter(torch.zeros(2, 2))], fraction=1.5)
+    with pytest.raises(ValueError, match="dion3: fraction must be in \\(0, 1\\], mu in \\[0, 1\\] and beta2"):
+        Dion3([nn.Parameter(torch.zeros(2, 2))], beta2=1.0)

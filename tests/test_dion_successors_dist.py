@@ -1,12 +1,12 @@
-"""NorMuon and Dion2 under FSDP2 equal one process on the same gradients (gloo, world sizes 2 and 4), and learn
-through the harness under DDP and FSDP2 at world size 2.
+"""NorMuon, Dion2 and Dion3 under FSDP2 equal one process on the same gradients (gloo, world sizes 2 and 4), and
+learn through the harness under DDP and FSDP2 at world size 2.
 
 The matrices of tests/test_dion_dist.py (13 x 5 tall, 3 x 10 wide, 6 x 6 square; at 4 ranks FSDP2's shards hold
 4/4/4/1, 1/1/1/0 and 2/2/2/0 rows) and a bias on AdamW, three steps of fixed gradients. Each rank records what
 its orthogonalizer was given: whole matrices for NorMuon, only the selected slices for Dion2 (fraction 0.5:
-3 of the tall matrix's 5 columns, 2 of the wide one's 3 rows, 3 of the square one's 6 rows). The only
-all-reduce is one flat call per step: NorMuon's two Frobenius norms per matrix, Dion2's l1 norms of every
-selectable row or column.
+3 of the tall matrix's 5 columns, 2 of the wide one's 3 rows, 3 of the square one's 6 rows) and Dion3 (rows
+only: 7 of the tall one's 13). The only all-reduces are one flat call per round: NorMuon's two Frobenius norms
+per matrix, Dion2's l1 norms of every selectable row or column, Dion3's row norms and then Frobenius norms.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
 from reproductions.dion import orthogonalize
 from reproductions.dion.dion2 import Dion2
+from reproductions.dion.dion3 import Dion3
 from reproductions.dion.normuon import NorMuon
 from suite.meters.comm import CommLedger
 
@@ -30,9 +31,9 @@ from .conftest import SharedRuns
 from .test_dion_dist import Toy, assert_states_close, gradient
 
 STEPS, LR, FRACTION = 3, 0.05, 0.5
-KINDS = ("normuon", "dion2")
+KINDS = ("normuon", "dion2", "dion3")
 WHOLE = [(13, 5), (3, 10), (6, 6)]
-SELECTED = [(13, 3), (2, 10), (3, 6)]
+SELECTED = {"dion2": [(13, 3), (2, 10), (3, 6)], "dion3": [(7, 5), (2, 10), (3, 6)]}
 
 
 def make(kind: str, model: Toy) -> torch.optim.Optimizer:
@@ -40,7 +41,8 @@ def make(kind: str, model: Toy) -> torch.optim.Optimizer:
     groups = [{"params": matrices}, {"params": [model.tall.bias], "algorithm": "adamw", "weight_decay": 0.0}]
     if kind == "normuon":
         return NorMuon(groups, lr=LR, weight_decay=0.1, nesterov=True)
-    return Dion2(groups, lr=LR, fraction=FRACTION, weight_decay=0.1)
+    cls = Dion2 if kind == "dion2" else Dion3
+    return cls(groups, lr=LR, fraction=FRACTION, weight_decay=0.1)
 
 
 def train(kind: str, model: Toy, grads) -> tuple[dict, list[dict]]:
@@ -109,7 +111,7 @@ def test_fsdp_update_equals_one_process(distributed, kind):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind,shapes", [("normuon", WHOLE), ("dion2", SELECTED)])
+@pytest.mark.parametrize("kind,shapes", [("normuon", WHOLE), *SELECTED.items()])
 def test_orthogonalized_on_one_rank_each_whole_or_only_the_selected_slices(distributed, kind, shapes):
     _, per_rank = distributed
     seen = sorted(s for results in per_rank for s in results[kind][2])
@@ -117,11 +119,11 @@ def test_orthogonalized_on_one_rank_each_whole_or_only_the_selected_slices(distr
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind,numbers", [("normuon", 2 * 3), ("dion2", 5 + 3 + 6)])
-def test_one_small_all_reduce_per_step(distributed, kind, numbers):
+@pytest.mark.parametrize("kind,calls,numbers", [("normuon", 1, 2 * 3), ("dion2", 1, 5 + 3 + 6), ("dion3", 2, 22 + 6)])
+def test_small_all_reduces_one_per_round(distributed, kind, calls, numbers):
     _, per_rank = distributed
     reduces = [o for o in per_rank[0][kind][1] if o["op"] == "all_reduce"]
-    assert [(o["count"], o["bytes"]) for o in reduces] == [(1, 4 * numbers)]
+    assert [(o["count"], o["bytes"]) for o in reduces] == [(calls, 4 * numbers)]
 
 
 # llama-tiny-w64: llama-tiny's matrices cost 10-15 s per bf16 orthogonalization step on an AVX2 CPU
