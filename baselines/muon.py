@@ -17,7 +17,7 @@ byte through torch.distributed so the communication meter counts it.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 import torch.distributed as dist
@@ -191,26 +191,45 @@ class Muon(torch.optim.Optimizer):
         return loss
 
 
-def gather_orthogonalize_scatter(direction: torch.Tensor, p: DTensor, index: int) -> torch.Tensor:
-    """Matrix `index` is orthogonalized whole on rank index mod world: its rows are gathered there
-    (padded to FSDP2's even chunks), orthogonalized, and this rank's rows scattered back."""
-    group, world = shard_group(p)
-    rows = as_matrix(p).shape[0]
+def shard_counts(rows: int, world: int) -> list[int]:
+    """Rows of each rank under FSDP2's Shard(0): even chunks of ceil(rows / world), the last ones short or empty."""
     chunk = math.ceil(rows / world)
-    owner = index % world
+    return [max(0, min(chunk, rows - i * chunk)) for i in range(world)]
+
+
+def gather_orthogonalize_scatter(direction: torch.Tensor, p: DTensor, index: int) -> torch.Tensor:
+    """Matrix `index` is orthogonalized whole on rank index mod world (newton_schulz5)."""
+    group, world = shard_group(p)
+    counts = shard_counts(as_matrix(p).shape[0], world)
+    return gather_apply_scatter(direction, counts, index % world, group, newton_schulz5)
+
+
+def gather_apply_scatter(
+    rows: torch.Tensor,
+    counts: list[int],
+    owner: int,
+    group: dist.ProcessGroup,
+    fn: Callable[[torch.Tensor], torch.Tensor],
+) -> torch.Tensor:
+    """A matrix split by rows over `group` (counts[i] rows on rank i, in rank order; `rows` are this rank's) is
+    gathered whole on rank `owner` (every part padded to the largest), `fn` is applied there, and this rank's
+    rows of the result are scattered back."""
+    chunk = max(counts)
     me = dist.get_rank(group)
-    padded = direction.new_zeros(chunk, direction.shape[1])
-    padded[: direction.shape[0]] = direction
-    parts = [torch.empty_like(padded) for _ in range(world)] if me == owner else None
+    padded = rows.new_zeros(chunk, rows.shape[1])
+    padded[: rows.shape[0]] = rows
+    parts = [torch.empty_like(padded) for _ in counts] if me == owner else None
     dist.gather(padded, parts, group=group, group_dst=owner)
     pieces = None
     if me == owner:
-        full = newton_schulz5(torch.cat(parts)[:rows]).to(direction.dtype)
-        full = torch.cat([full, full.new_zeros(chunk * world - rows, full.shape[1])])
-        pieces = list(full.split(chunk))
+        full = fn(torch.cat([part[:n] for part, n in zip(parts, counts)])).to(rows.dtype)
+        pieces = [
+            torch.cat([piece, piece.new_zeros(chunk - n, piece.shape[1])])
+            for piece, n in zip(full.split(counts), counts)
+        ]
     out = torch.empty_like(padded)
     dist.scatter(out, pieces, group=group, group_src=owner)
-    return out[: direction.shape[0]]
+    return out[: rows.shape[0]]
 
 
 def matrix_groups(model: nn.Module, cfg: RunConfig, algorithm: str, scalar_lr: float | None, **extra) -> list[dict]:

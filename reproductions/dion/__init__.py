@@ -1,22 +1,27 @@
 """Dion (arXiv 2504.05295, microsoft/dion) against Muon and AdamW: optimizer-step time, bytes and loss.
 
-README.md here describes the method, the plan and what is not testable on this machine.
+README.md here describes the method, the plan and what is not testable on this machine. Dion's successors
+from the same reference, NorMuon, Dion2 and Dion3 (NorDion2), are declared here as optimizers too
+(`--optimizer normuon`, `dion2`, `dion3`), checked against the reference; no plan or claim uses them yet.
 """
 
 from pathlib import Path
 
 from reproductions.dion.dion import Dion
+from reproductions.dion.dion2 import DION2, Dion2
+from reproductions.dion.dion3 import DION3, Dion3
+from reproductions.dion.normuon import NORMUON, NorMuon
 from reproductions.dion.plan import PRESETS, plan
 from reproductions.dion.spec import DION
 from suite.extensions import Reproduction
 from suite.plan.pairs import Config, Pair
 
-__all__ = ["REPRODUCTION", "Dion"]  # the optimizer class, importable as reproductions.dion.Dion
+__all__ = ["REPRODUCTION", "Dion", "Dion2", "Dion3", "NorMuon"]  # the optimizer classes, importable from here
 
 _ADAMW = Config("ddp")
 
 REPRODUCTION = Reproduction(
-    optimizers=(DION,),
+    optimizers=(DION, NORMUON, DION2, DION3),
     plan=plan,
     presets=PRESETS,
     claims=Path(__file__).with_name("claims.yaml"),

@@ -12,6 +12,7 @@ from torch.nn.parallel import DistributedDataParallel
 from baselines.muon import matrix_groups
 from reproductions.dion import ddp_sync
 from reproductions.dion.dion import Dion
+from reproductions.dion.sharded import refuse_column_splits
 from suite.config import RunConfig
 from suite.params import Param
 from suite.run.optim import OptimizerSpec
@@ -34,13 +35,6 @@ def build_dion(model: nn.Module, cfg: RunConfig, ctx: Context, params: dict) -> 
     )
 
 
-def check_dion(cfg: RunConfig) -> None:
-    """Dion steps matrices whole or split along rows (DDP, FSDP2, HSDP); tensor parallelism splits them along
-    columns too, which it does not implement."""
-    if cfg.method in ("tp", "fsdp-tp"):
-        raise ValueError(f"--optimizer dion does not step {cfg.method}'s column-split matrices; use ddp, fsdp or hsdp")
-
-
 DION = OptimizerSpec(
     "dion",
     build_dion,
@@ -53,5 +47,5 @@ DION = OptimizerSpec(
             float, None, "learning rate of the AdamW part (default: the run's lr)", low=0, low_open=True
         ),
     },
-    check=check_dion,
+    check=refuse_column_splits("dion"),
 )
