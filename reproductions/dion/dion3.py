@@ -25,7 +25,14 @@ from baselines.muon import as_matrix, local, matrix_groups
 from reproductions.dion.dion2 import DION2, select
 from reproductions.dion.normuon import NORMUON, normalize
 from reproductions.dion.orthogonalize import orthogonalizer
-from reproductions.dion.sharded import PARAMS, MatrixOptimizer, Rows, apply_update, refuse_column_splits
+from reproductions.dion.sharded import (
+    PARAMS,
+    MatrixOptimizer,
+    Rows,
+    apply_update,
+    momentum_and_variance,
+    refuse_column_splits,
+)
 from suite.config import RunConfig
 from suite.params import Param
 from suite.run.optim import OptimizerSpec
@@ -61,11 +68,7 @@ class Dion3(MatrixOptimizer):
 
     def _task(self, p: torch.Tensor, group: dict, rows: Rows, owner: int) -> Generator:
         g = as_matrix(local(p.grad))
-        state = self.state[p]
-        if not state:
-            state["momentum"] = torch.zeros_like(g)
-            state["variance"] = torch.zeros(g.shape[0], 1, device=g.device)
-        m, v = state["momentum"], state["variance"]
+        m, v = momentum_and_variance(self.state[p], g)
         m.add_(g)
         chosen = yield from select(m, as_matrix(p).shape, rows, True, group["fraction"], group["mu"])
         o = rows.gather_apply_scatter(chosen.slices, chosen.counts, owner, orthogonalizer(group["orthogonalize"]))

@@ -31,7 +31,15 @@ from torch import nn
 
 from baselines.muon import as_matrix, local, matrix_groups
 from reproductions.dion.orthogonalize import orthogonalizer
-from reproductions.dion.sharded import EPS, PARAMS, MatrixOptimizer, Rows, apply_update, refuse_column_splits
+from reproductions.dion.sharded import (
+    EPS,
+    PARAMS,
+    MatrixOptimizer,
+    Rows,
+    apply_update,
+    momentum_and_variance,
+    refuse_column_splits,
+)
 from suite.config import RunConfig
 from suite.params import Param
 from suite.run.optim import OptimizerSpec
@@ -64,11 +72,7 @@ class NorMuon(MatrixOptimizer):
 
     def _task(self, p: torch.Tensor, group: dict, rows: Rows, owner: int) -> Generator:
         g = as_matrix(local(p.grad))
-        state = self.state[p]
-        if not state:
-            state["momentum"] = torch.zeros_like(g)
-            state["variance"] = torch.zeros(g.shape[0], 1, device=g.device)
-        m, v = state["momentum"], state["variance"]
+        m, v = momentum_and_variance(self.state[p], g)
         m.mul_(group["mu"]).add_(g)
         u = g.add(m, alpha=group["mu"]) if group["nesterov"] else m
         o = rows.gather_apply_scatter(u, list(rows.counts), owner, orthogonalizer(group["orthogonalize"]))

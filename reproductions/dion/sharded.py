@@ -77,6 +77,15 @@ def rows_of(p: torch.Tensor) -> Rows:
     return Rows(None, (rows,))
 
 
+def momentum_and_variance(state: dict, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A parameter's momentum (its gradient's shape) and per-row second moment (NorMuon's normalization, which
+    Dion3 takes over), made zero on its first step."""
+    if not state:
+        state["momentum"] = torch.zeros_like(g)
+        state["variance"] = torch.zeros(g.shape[0], 1, device=g.device)
+    return state["momentum"], state["variance"]
+
+
 def apply_update(p: torch.Tensor, group: dict, update: torch.Tensor, dim: int = 0, index=None) -> None:
     """X = X (1 - lr wd) - adjusted lr x update, the update added to the rows (dim 0) or columns (dim 1) `index`
     of this rank's part of X, or to all of it."""
