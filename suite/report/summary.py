@@ -14,7 +14,8 @@ import re
 from dataclasses import dataclass
 
 from suite.judge.claims import Claim
-from suite.judge.verdicts import SMALL_SCALE, Verdict
+from suite.judge.sides import Sides
+from suite.judge.verdicts import Verdict
 from suite.report import glance
 from suite.report.tables import css_token, fmt_number
 
@@ -56,15 +57,12 @@ def _signed(value: float) -> str:
     return f"{'+' if value >= 0 else ''}{_number(value)}"
 
 
-def _side(claim: Claim, key: str, fallback: str) -> str:
-    value = claim.metric.get(key)
-    return value if isinstance(value, str) and value else fallback
-
-
 def _quality(claim: Claim, verdict: Verdict) -> str:
     """'B-SDP 1.566 against DDP 1.376 nats: +0.19, 90% interval [+0.18, +0.20]; non-inferiority: is it worse by
     less than 0.008? (one-sided Welch at 5%, p = 1.5e-11)'."""
-    method, baseline = _side(claim, "method", "the method"), _side(claim, "baseline", "the baseline")
+    # each side by its method, optimizer and what sets the two apart ("ddp dion rank_fraction=0.25")
+    sides = Sides.of(claim.metric)
+    method, baseline = (s.label(sides.differing()) for s in (sides.mine, sides.theirs))
     gap = verdict.measured - verdict.baseline
     text = (
         f"{method} {_number(verdict.measured)} against {baseline} {_number(verdict.baseline)} ({claim.unit}, "
@@ -106,8 +104,7 @@ def effect(claim: Claim, verdict: Verdict) -> str:
     if not verdict.parts:
         return found
     halves = "; ".join(f"{part}: {word}" for part, word in verdict.parts)
-    own = SMALL_SCALE.get(verdict.own, verdict.own) if verdict.small_scale else verdict.own
-    return f"a compound claim, its weakest half decides. This card's half {own}: {found}; {halves}"
+    return f"a compound claim, its weakest half decides. This card's half {glance.own_word(verdict)}: {found}; {halves}"
 
 
 def _decides(claim: Claim, verdict: Verdict) -> str:
