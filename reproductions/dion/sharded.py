@@ -158,4 +158,6 @@ class MatrixOptimizer(torch.optim.Optimizer):
         return loss
 
     def _task(self, p: torch.Tensor, group: dict, rows: Rows, owner: int) -> Generator:
-        raise NotImplementedError
+        """One matrix's step as a generator (lockstep runs every matrix's collectives in one order on every rank):
+        what each optimizer (NorMuon, Dion2, Dion3) defines."""
+        raise NotImplementedError(f"{type(self).__name__} defines no _task: a MatrixOptimizer steps a matrix there")
