@@ -12,6 +12,14 @@ Embeddings, the head, norms and biases ride along as AdamW groups (`algorithm: "
 torch's own functional AdamW. Under FSDP2 each rank orthogonalizes the whole matrices assigned to it
 (matrix i to rank i mod world): the shards are gathered to it, orthogonalized and scattered back, every
 byte through torch.distributed so the communication meter counts it.
+
+Layer-wise distributed Muon under DDP (`--set layerwise=true`; Moonlight's distributed Muon, and the DDP path of
+microsoft/dion's muon.py, read as the reference): gradients arrive averaged as under plain DDP and every rank keeps
+the momentum, but the orthogonalizations are split: the matrices of one shape, padded with zero matrices to a
+multiple of the world, are dealt out in contiguous blocks, each rank orthogonalizes its block and one all-gather
+per shape returns every result to every rank (a shape held by one matrix is orthogonalized on every rank, as
+there). Each rank's Newton-Schulz work falls to ceil(N / world) of N matrices, for one all-gather of the bf16
+results per shape.
 """
 
 from __future__ import annotations
@@ -138,13 +146,16 @@ class Muon(torch.optim.Optimizer):
         nesterov: bool = True,
         weight_decay: float = 0.0,
         adjust_lr: str = "spectral_norm",
+        replicate_group: dist.ProcessGroup | None = None,
     ) -> None:
+        """`replicate_group`: DDP's group, whose ranks then split the orthogonalizations (layer-wise)."""
         if lr < 0 or not 0 <= mu < 1:
             raise ValueError(f"muon: lr must be >= 0 and mu in [0, 1), got lr={lr}, mu={mu}")
         if adjust_lr not in ADJUST_LR:
             raise ValueError(f"muon: adjust_lr must be one of {', '.join(ADJUST_LR)}, got {adjust_lr!r}")
         defaults = dict(lr=lr, mu=mu, nesterov=nesterov, weight_decay=weight_decay, adjust_lr=adjust_lr)
         super().__init__(params, {**defaults, "algorithm": "muon"})
+        self.replicate_group = replicate_group
         for group in self.param_groups:
             if group["algorithm"] == "muon":
                 check_matrix_group(group, "muon")
@@ -177,7 +188,7 @@ class Muon(torch.optim.Optimizer):
             if group["algorithm"] != "muon":
                 ScalarAdamW.step(self, group)
                 continue
-            sharded = []
+            sharded, whole = [], []
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -185,10 +196,40 @@ class Muon(torch.optim.Optimizer):
                 if isinstance(p, DTensor) and shard_group(p)[1] > 1:
                     sharded.append((p, direction))
                 else:
-                    self._apply(p, newton_schulz5(direction), group)
+                    whole.append((p, direction))
+            for p, update in zip((p for p, _ in whole), self._orthogonalize_whole([d for _, d in whole])):
+                self._apply(p, update, group)
             for index, (p, direction) in enumerate(sharded):
                 self._apply(p, gather_orthogonalize_scatter(direction, p, index), group)
         return loss
+
+    def _orthogonalize_whole(self, directions: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Every whole matrix's Newton-Schulz result: here, or split over `replicate_group` by shape."""
+        if self.replicate_group is None or dist.get_world_size(self.replicate_group) == 1:
+            return [newton_schulz5(d) for d in directions]
+        by_shape: dict[tuple, list[int]] = {}
+        for i, d in enumerate(directions):
+            by_shape.setdefault(tuple(d.shape), []).append(i)
+        out: list[torch.Tensor] = [None] * len(directions)
+        for indices in by_shape.values():
+            results = split_newton_schulz([directions[i] for i in indices], self.replicate_group)
+            for i, result in zip(indices, results):
+                out[i] = result
+        return out
+
+
+def split_newton_schulz(directions: list[torch.Tensor], group: dist.ProcessGroup) -> list[torch.Tensor]:
+    """newton_schulz5 of each of `directions` (one shape), the work dealt over `group`'s ranks in contiguous blocks
+    of ceil(N / world) (zero matrices pad the last) and the results all-gathered; one matrix alone is done here."""
+    if len(directions) == 1:
+        return [newton_schulz5(directions[0])]
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    per_rank = math.ceil(len(directions) / world)
+    padded = directions + [torch.zeros_like(directions[0])] * (per_rank * world - len(directions))
+    mine = torch.stack([newton_schulz5(d) for d in padded[rank * per_rank : (rank + 1) * per_rank]])
+    blocks = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(blocks, mine, group=group)
+    return list(torch.cat(blocks)[: len(directions)])
 
 
 def shard_counts(rows: int, world: int) -> list[int]:
@@ -256,20 +297,36 @@ def build_muon(model: nn.Module, cfg: RunConfig, ctx: Context, params: dict) -> 
         nesterov=params["nesterov"],
         weight_decay=cfg.weight_decay,
         adjust_lr=params["adjust_lr"],
+        replicate_group=model.process_group if params["layerwise"] else None,
     )
+
+
+LAYERWISE = Param(bool, False, "under ddp: split the orthogonalizations over the ranks, all-gather the results")
+
+
+def check_layerwise(cfg: RunConfig) -> None:
+    """Layer-wise splitting is DDP's: FSDP2's Muon already orthogonalizes each matrix whole on one rank."""
+    if "layerwise" in cfg.variant and LAYERWISE.parse("layerwise", cfg.variant["layerwise"]) and cfg.method != "ddp":
+        raise ValueError(
+            f"--set layerwise=true splits Muon's orthogonalizations over DDP's ranks; {cfg.method} steps each "
+            f"matrix on one rank (or on every rank) already: use --method ddp or drop layerwise"
+        )
 
 
 MUON = OptimizerSpec(
     "muon",
     build_muon,
     "Muon (5 bf16 Newton-Schulz steps, Nesterov) on matrices, AdamW on the rest; under FSDP2 gather, "
-    "orthogonalize, scatter (--set mu, nesterov, adjust_lr=spectral_norm|rms_norm|max1, scalar_lr)",
+    "orthogonalize, scatter; under DDP with layerwise=true each rank orthogonalizes its share of the matrices and "
+    "all-gathers them (--set mu, nesterov, adjust_lr=spectral_norm|rms_norm|max1, layerwise, scalar_lr)",
     params={
         "mu": Param(float, 0.95, "momentum", low=0, high=1, high_open=True),
         "nesterov": Param(bool, True, "Nesterov momentum"),
         "adjust_lr": Param(str, "spectral_norm", "how the update is scaled to the matrix shape", choices=ADJUST_LR),
+        "layerwise": LAYERWISE,
         "scalar_lr": Param(
             float, None, "learning rate of the AdamW part (default: the run's lr)", low=0, low_open=True
         ),
     },
+    check=check_layerwise,
 )

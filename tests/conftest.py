@@ -23,6 +23,10 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 ROOT = Path(__file__).resolve().parent.parent
 # small and fast: 2,048 tokens per step at 2 ranks x 8 sequences x 128 tokens
 TINY = ["--model", "llama-tiny", "--set", "log_every=1", "--set", "eval_every=2", "--set", "eval_batches=2"]
+UNMODELLED = TINY[2:]  # TINY less its model, for commands that name their own
+# Muon's bf16 Newton-Schulz on llama-tiny's 256-wide matrices takes 8 s a step on a CPU without bf16 kernels (AVX2
+# only, as CI's): commands that run Muon for what is not about the model's width name this narrower one
+MUON_MODEL = ("--model", "llama-tiny-w64")
 
 
 def run_cli(args: list[str], env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -34,6 +38,18 @@ def run_cli(args: list[str], env: dict | None = None, timeout: float = 300) -> s
         env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
         timeout=timeout,
     )
+
+
+def spawn_gloo(worker, world: int, folder: Path) -> list:
+    """`worker(rank, world, init_file, out)` in `world` processes (one thread each); what each rank saved to
+    f"{out}.{rank}" with torch.save, in rank order."""
+    import torch
+    import torch.multiprocessing as mp
+
+    out = str(folder / "results.pt")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    mp.spawn(worker, args=(world, str(folder / "init"), out), nprocs=world, join=True)
+    return [torch.load(f"{out}.{r}") for r in range(world)]
 
 
 class Runs:

@@ -11,14 +11,14 @@ from __future__ import annotations
 import pytest
 
 from suite.run.strategy import methods
-from tests.conftest import TINY, Runs
+from tests.conftest import MUON_MODEL, UNMODELLED, Runs
 
 SMALL = ("--set", "micro_batch=2", "--set", "seq_len=64", "--set", "comm_check=true")
 
 
 def _steps(method: str, nproc: int, steps: int, replicas: int, *sets: str) -> tuple[str, ...]:
     """`method` at `nproc` for about `steps` steps of `replicas` data-parallel replicas of 2 x 64 tokens."""
-    model = "llama-tiny-moe" if method == "ep" else "llama-tiny"
+    model = "llama-tiny-moe" if method == "ep" else MUON_MODEL[1] if "muon" in sets else "llama-tiny"
     tokens = str(steps * replicas * 2 * 64)
     return (method, "--nproc", str(nproc), "--model", model, "--tokens", tokens, *SMALL, *sets)
 
@@ -68,7 +68,7 @@ UNCLIPPED = {name: (*RUNS[name], "--set", "grad_clip=0") for name in CLIPPED}
 @pytest.fixture(scope="module")
 def checked(tmp_path_factory) -> Runs:
     """One launch per world size (tests/conftest.py, Runs.share); each command names its model."""
-    runs = Runs(tmp_path_factory.mktemp("checked"), tail=[a for a in TINY if a not in ("--model", "llama-tiny")])
+    runs = Runs(tmp_path_factory.mktemp("checked"), tail=UNMODELLED)
     runs.share([*RUNS.values(), *UNCLIPPED.values()])
     return runs
 

@@ -322,12 +322,12 @@ def test_paper_preset_refuses_with_the_fix():
 
 def test_declares_its_optimizer_pairs_and_readable_cards():
     assert [p.name for p in REPRODUCTION.pairs] == ["dion/adamw", "muon/adamw"]
-    assert {o.name for o in REPRODUCTION.optimizers} == {"dion", "normuon", "dion2", "dion3"}
+    assert {o.name for o in REPRODUCTION.optimizers} == {"dion", "normuon", "dion2", "dion3", "soap"}
     if REPRODUCTION.claims.is_file():
         assert load_claims(REPRODUCTION.claims)
 
 
-@pytest.mark.parametrize("optimizer", ["dion", "normuon", "dion2", "dion3"])
+@pytest.mark.parametrize("optimizer", ["dion", "normuon", "dion2", "dion3", "soap"])
 @pytest.mark.parametrize("method", ["tp", "fsdp-tp"])
 def test_dion_under_tensor_parallelism_is_refused_before_launch(tmp_path, capsys, method, optimizer):
     """Its workers once failed with "sharded matrices must be split along rows" after start-up."""

@@ -1,5 +1,5 @@
-"""NorMuon, Dion2 and Dion3 under FSDP2 equal one process on the same gradients (gloo, world sizes 2 and 4), and
-learn through the harness under DDP and FSDP2 at world size 2.
+"""NorMuon, Dion2, Dion3 and SOAP under FSDP2 equal one process on the same gradients (gloo, world sizes 2 and 4),
+and learn through the harness under DDP and FSDP2 at world size 2.
 
 The matrices of tests/test_dion_dist.py (13 x 5 tall, 3 x 10 wide, 6 x 6 square; at 4 ranks FSDP2's shards hold
 4/4/4/1, 1/1/1/0 and 2/2/2/0 rows) and a bias on AdamW, three steps of fixed gradients. Each rank records what
@@ -7,16 +7,15 @@ its orthogonalizer was given: whole matrices for NorMuon, only the selected slic
 3 of the tall matrix's 5 columns, 2 of the wide one's 3 rows, 3 of the square one's 6 rows) and Dion3 (rows
 only: 7 of the tall one's 13). The only all-reduces are one flat call per round: NorMuon's two Frobenius norms
 per matrix, Dion2's l1 norms of every selectable row or column, Dion3's row norms and then Frobenius norms.
+SOAP (its eigenbasis refreshed on every update here) gathers each matrix's gradient whole on its owner and
+scatters the update back, one gather and one scatter per matrix, bytes as the formula in soap_bytes.
 """
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor
@@ -25,13 +24,14 @@ from reproductions.dion import orthogonalize
 from reproductions.dion.dion2 import Dion2
 from reproductions.dion.dion3 import Dion3
 from reproductions.dion.normuon import NorMuon
+from reproductions.dion.soap import SOAP
 from suite.meters.comm import CommLedger
 
-from .conftest import SharedRuns
+from .conftest import SharedRuns, spawn_gloo
 from .test_dion_dist import Toy, assert_states_close, gradient
 
 STEPS, LR, FRACTION = 3, 0.05, 0.5
-KINDS = ("normuon", "dion2", "dion3")
+KINDS = ("normuon", "dion2", "dion3", "soap")
 WHOLE = [(13, 5), (3, 10), (6, 6)]
 SELECTED = {"dion2": [(13, 3), (2, 10), (3, 6)], "dion3": [(7, 5), (2, 10), (3, 6)]}
 
@@ -41,6 +41,8 @@ def make(kind: str, model: Toy) -> torch.optim.Optimizer:
     groups = [{"params": matrices}, {"params": [model.tall.bias], "algorithm": "adamw", "weight_decay": 0.0}]
     if kind == "normuon":
         return NorMuon(groups, lr=LR, weight_decay=0.1, nesterov=True)
+    if kind == "soap":
+        return SOAP(groups, lr=LR, weight_decay=0.1, precondition_frequency=1)
     cls = Dion2 if kind == "dion2" else Dion3
     return cls(groups, lr=LR, fraction=FRACTION, weight_decay=0.1)
 
@@ -96,11 +98,7 @@ def single(kind: str) -> dict:
 @pytest.fixture(scope="module", params=[2, 4])
 def distributed(request, tmp_path_factory) -> tuple[int, list[dict]]:
     world = request.param
-    folder = tmp_path_factory.mktemp(f"dion2-normuon-w{world}")
-    out = str(folder / "results.pt")
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    mp.spawn(_worker, args=(world, str(folder / "init"), out), nprocs=world, join=True)
-    return world, [torch.load(f"{out}.{r}") for r in range(world)]
+    return world, spawn_gloo(_worker, world, tmp_path_factory.mktemp(f"dion2-normuon-w{world}"))
 
 
 @pytest.mark.slow
@@ -124,6 +122,25 @@ def test_small_all_reduces_one_per_round(distributed, kind, calls, numbers):
     _, per_rank = distributed
     reduces = [o for o in per_rank[0][kind][1] if o["op"] == "all_reduce"]
     assert [(o["count"], o["bytes"]) for o in reduces] == [(calls, 4 * numbers)]
+
+
+def soap_bytes(world: int, rank: int) -> dict[str, int]:
+    """Per step on `rank`: matrix i's gradient gathered on rank i mod world, each part padded to FSDP2's chunk of
+    ceil(rows / world) rows; the owner's call holds all parts (and scatters all), another rank's its own part."""
+    total = {"gather": 0, "scatter": 0}
+    for index, (rows, cols) in enumerate(WHOLE):
+        part = -(-rows // world) * cols * 4
+        for op in total:
+            total[op] += part * (world if index % world == rank else 1)
+    return total
+
+
+@pytest.mark.slow
+def test_soap_gathers_and_scatters_each_matrix_once_bytes_as_derived(distributed):
+    world, per_rank = distributed
+    for rank, results in enumerate(per_rank):
+        ops = {o["op"]: (o["count"], o["bytes"]) for o in results["soap"][1]}
+        assert ops == {op: (len(WHOLE), b) for op, b in soap_bytes(world, rank).items()}
 
 
 # llama-tiny-w64: llama-tiny's matrices cost 10-15 s per bf16 orthogonalization step on an AVX2 CPU

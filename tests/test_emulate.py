@@ -20,16 +20,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from suite.run.strategy import methods
-from tests.conftest import TINY, Runs
+from tests.conftest import MUON_MODEL, UNMODELLED, Runs
 
 TOLERANCE, DION_TOLERANCE = 1e-5, 1e-3  # nats, where some reduction sums more than two tensors (see above)
 SMALL = ("--set", "micro_batch=2", "--set", "seq_len=64")
 F2 = ("--set", "F=2")
 
 
-def _run(method: str, nproc: int, *sets: str) -> tuple[str, ...]:
+def _run(method: str, nproc: int, *sets: str, model: tuple[str, str] = ("--model", "llama-tiny")) -> tuple[str, ...]:
     """`method` at `nproc` for 8 steps of 2 x 64 tokens a replica (every worker a replica of its own)."""
-    return (method, "--nproc", str(nproc), "--tokens", str(8 * nproc * 2 * 64), *SMALL, *sets)
+    return (method, "--nproc", str(nproc), "--tokens", str(8 * nproc * 2 * 64), *model, *SMALL, *sets)
 
 
 # (command, whether every reduction sums two tensors): each method of the data-parallel family, world sizes 2, 3
@@ -40,7 +40,7 @@ CASES = {
     "ddp-4": (_run("ddp", 4), False),
     "fsdp-4": (_run("fsdp", 4), False),
     "ddp-dion-3": (_run("ddp", 3, "--optimizer", "dion"), False),
-    "ddp-muon-2": (_run("ddp", 2, "--optimizer", "muon"), True),
+    "ddp-muon-2": (_run("ddp", 2, "--optimizer", "muon", model=MUON_MODEL), True),
     "b-sdp-2": (_run("b-sdp", 2, "--set", "C=0.5"), True),
     "bb-sdp-4": (_run("bb-sdp", 4, "--set", "C=0.5"), False),
     "n-sdp-3": (_run("n-sdp", 3), False),
@@ -57,14 +57,14 @@ EMULABLE |= {"diloco", "local-sgd"}
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory) -> Runs:
-    runs = Runs(tmp_path_factory.mktemp("real"))
+    runs = Runs(tmp_path_factory.mktemp("real"), tail=UNMODELLED)
     runs.share([args for args, _ in CASES.values()])
     return runs
 
 
 @pytest.fixture(scope="module")
 def emulated(tmp_path_factory) -> Runs:
-    return Runs(tmp_path_factory.mktemp("emulated"), tail=[*TINY, "--emulate"])
+    return Runs(tmp_path_factory.mktemp("emulated"), tail=[*UNMODELLED, "--emulate"])
 
 
 def test_every_data_parallel_method_is_compared():
@@ -103,7 +103,7 @@ def test_an_emulated_run_is_the_same_run_twice(emulated, tmp_path):
     """Dion draws its first Q from the default generator: each worker's draws come from its own stream, whichever
     thread runs first (shared, two runs of this configuration differed by 1e-3 nats at their second step)."""
     args = CASES["ddp-dion-3"][0]
-    again = Runs(tmp_path, tail=[*TINY, "--emulate"])(*args)
+    again = Runs(tmp_path, tail=[*UNMODELLED, "--emulate"])(*args)
     assert [(p["train_loss"], p.get("val_loss")) for p in again["curve"]] == [
         (p["train_loss"], p.get("val_loss")) for p in emulated(*args)["curve"]
     ]

@@ -8,15 +8,18 @@ import os
 import socket
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 
+from baselines.muon import matrix_groups
 from suite import models
+from suite.config import RunConfig
 from suite.meters.flops import transformer_step_flops
 from suite.meters.memory import CATEGORIES
 from suite.records import read_record
 
-from .conftest import ROOT, TINY
+from .conftest import MUON_MODEL, ROOT, TINY, UNMODELLED, SharedRuns
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +37,6 @@ SHARED = [
     *(("ddp", "--nproc", str(n), *steps3(n)) for n in (2, 3, 4)),
     *(("fsdp", "--nproc", str(n), *steps3(n)) for n in (2, 3, 4)),
     ("hsdp", "--nproc", "4", "--set", "micro_batch=4", *STEPS3),
-    *(("ddp", "--nproc", "2", "--optimizer", o, *STEPS3) for o in ("muon", "dion")),
     *((m, "--nproc", "2", "--ac", *STEPS3) for m in ("ddp", "fsdp")),
     *((m, "--nproc", "2", "--precision", "bf16", *BF16_SMALL) for m in ("ddp", "fsdp")),
     ("ddp", "--nproc", "2", "--flops", "1e11"),
@@ -43,10 +45,27 @@ SHARED = [
 ]
 
 
+# the matrix optimizers' runs, on the narrower model whose Newton-Schulz a CPU without bf16 kernels runs in time
+OPTIMIZED = {
+    name: ("ddp", "--nproc", "2", *MUON_MODEL, *sets, *STEPS3)
+    for name, sets in {
+        "adamw": (),
+        "muon": ("--optimizer", "muon"),
+        "dion": ("--optimizer", "dion"),
+        "layerwise": ("--optimizer", "muon", "--set", "layerwise=true"),
+    }.items()
+}
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _shared(runs):
     """One launch per world size for the module's runs (tests/conftest.py, Runs.share)."""
     runs.share(SHARED)
+
+
+@pytest.fixture(scope="module")
+def optimized(tmp_path_factory) -> SharedRuns:
+    return SharedRuns(tmp_path_factory.mktemp("optimized"), list(OPTIMIZED.values()), tail=UNMODELLED)
 
 
 def ops(record: dict, rank: int = 0) -> dict[tuple[str, str], dict]:
@@ -136,14 +155,33 @@ def test_flops_match_six_n_t_plus_attention(runs):
 
 
 @pytest.mark.parametrize("optimizer", ["muon", "dion"])
-def test_optimizer_step_flops_are_counted_apart_from_model_flops(runs, optimizer):
+def test_optimizer_step_flops_are_counted_apart_from_model_flops(optimized, optimizer):
     """Same model and batch: the same model FLOPs per step whatever the optimizer; its own matmuls stand apart."""
-    adamw = runs("ddp", "--nproc", "2", *STEPS3)
-    other = runs("ddp", "--nproc", "2", "--optimizer", optimizer, *STEPS3)
+    adamw, other = optimized(*OPTIMIZED["adamw"]), optimized(*OPTIMIZED[optimizer])
     assert other["totals"]["steps"] == adamw["totals"]["steps"] == 3
     assert other["totals"]["flops"] == adamw["totals"]["flops"]
     assert other["totals"]["optimizer_flops"] > 0 == adamw["totals"]["optimizer_flops"]
     assert other["totals"]["hardware_flops"] == other["totals"]["flops"]
+
+
+def test_layerwise_muon_learns_as_muon_and_all_gathers_each_shape_once_a_step(optimized):
+    """The same losses as DDP's Muon (the same Newton-Schulz on the same averaged gradients, split over the two
+    ranks), the same gradient all-reduce, and one all-gather per matrix shape of world x ceil(N / world) bf16
+    matrices."""
+    plain, split = optimized(*OPTIMIZED["muon"]), optimized(*OPTIMIZED["layerwise"])
+    assert [p["train_loss"] for p in split["curve"]] == [p["train_loss"] for p in plain["curve"]]
+    model = models.build_model(MUON_MODEL[1])
+    matrices = matrix_groups(model, RunConfig(optimizer="muon"), "muon", None)[0]["params"]
+    shapes = Counter(tuple(p.shape) for p in matrices)
+    gathers = [o for o in split["comm"]["per_rank"][0]["ops"] if o["op"] == "all_gather"]
+    steps = split["comm"]["steps"]
+    assert sum(o["count"] for o in gathers) == len(shapes) * steps
+    assert sum(o["bytes"] for o in gathers) == steps * sum(
+        2 * math.ceil(n / 2) * rows * cols * 2 for (rows, cols), n in shapes.items()
+    )
+    reduces = {k: v["bytes"] for k, v in ops(split).items() if k[0] == "all_reduce"}
+    assert reduces == {k: v["bytes"] for k, v in ops(plain).items() if k[0] == "all_reduce"}
+    assert not [o for o in plain["comm"]["per_rank"][0]["ops"] if o["op"] == "all_gather"]
 
 
 def test_activation_checkpointing_same_losses_less_activation_memory(runs):

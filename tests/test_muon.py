@@ -119,7 +119,22 @@ def test_errors_name_the_fix():
         split_variant(RunConfig(optimizer="muon", variant={"adjust_lr": "bogus"}))
 
 
+def test_layerwise_is_ddps_only():
+    with pytest.raises(ValueError, match="layerwise=true splits Muon's orthogonalizations over DDP's ranks; fsdp"):
+        split_variant(RunConfig(method="fsdp", optimizer="muon", variant={"layerwise": "true"}))
+    assert (
+        split_variant(RunConfig(method="fsdp", optimizer="muon", variant={"layerwise": "false"}))[1]["layerwise"]
+        is False
+    )
+    assert split_variant(RunConfig(method="ddp", optimizer="muon", variant={"layerwise": "true"}))[1]["layerwise"]
+
+
 def test_spec_parses_its_parameters():
     method, mine = split_variant(RunConfig(optimizer="muon", variant={"adjust_lr": "max1", "nesterov": "false"}))
-    assert method == {} and mine == {"mu": 0.95, "adjust_lr": "max1", "nesterov": False}  # declared defaults too
+    assert method == {} and mine == {
+        "mu": 0.95,
+        "adjust_lr": "max1",
+        "nesterov": False,
+        "layerwise": False,
+    }  # declared defaults too
     assert MUON.name == "muon"
