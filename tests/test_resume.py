@@ -48,6 +48,7 @@ CASES = {
         case("dion-ddp", "ddp", "rank_fraction=0.25", optimizer="dion"),
         case("dion-fsdp", "fsdp", "rank_fraction=0.25", optimizer="dion"),
         case("muon-fsdp", "fsdp", W64, optimizer="muon"),
+        case("soap-fsdp", "fsdp", W64, "precondition_frequency=2", optimizer="soap"),
         case("sgd-ddp", "ddp", optimizer="sgd"),
     ],
     3: [case("ddp", "ddp"), case("fsdp", "fsdp"), case("b-sdp", "b-sdp", "C=0.67")],

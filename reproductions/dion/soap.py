@@ -82,14 +82,14 @@ def soap_update(state: dict, g: torch.Tensor, group: dict) -> torch.Tensor:
     beta1, beta2 = group["betas"]
     shampoo_beta = group["shampoo_beta"] if group["shampoo_beta"] >= 0 else beta2
     if "left" not in state:
-        state["left"] = torch.zeros(g.shape[0], g.shape[0]).lerp_(g @ g.T, 1 - shampoo_beta)
-        state["right"] = torch.zeros(g.shape[1], g.shape[1]).lerp_(g.T @ g, 1 - shampoo_beta)
-        state["basis"] = [eigenbasis(state["left"]), eigenbasis(state["right"])]
+        state["left"] = g.new_zeros(g.shape[0], g.shape[0]).lerp_(g @ g.T, 1 - shampoo_beta)
+        state["right"] = g.new_zeros(g.shape[1], g.shape[1]).lerp_(g.T @ g, 1 - shampoo_beta)
+        state["left_basis"], state["right_basis"] = eigenbasis(state["left"]), eigenbasis(state["right"])
         state["exp_avg"] = torch.zeros_like(g)
         state["exp_avg_sq"] = torch.zeros_like(g)
         state["step"] = 0
         return torch.zeros_like(g)
-    left, right = state["basis"]
+    left, right = state["left_basis"], state["right_basis"]
     projected = left.T @ g @ right
     state["step"] += 1
     step = state["step"]
@@ -108,15 +108,13 @@ def refresh(state: dict, g: torch.Tensor, shampoo_beta: float, new_basis: bool) 
     state["right"].lerp_(g.T @ g, 1 - shampoo_beta)
     if not new_basis:
         return
-    old_left, old_right = state["basis"]
-    exp_avg = old_left @ state["exp_avg"] @ old_right.T
-    bases = []
-    for dim, (p, q) in enumerate(zip((state["left"], state["right"]), state["basis"])):
+    exp_avg = state["left_basis"] @ state["exp_avg"] @ state["right_basis"].T
+    for dim, side in enumerate(("left", "right")):
+        p, q = state[side], state[f"{side}_basis"]
         order = torch.argsort(torch.diag(q.T @ p @ q), descending=True)
         state["exp_avg_sq"] = state["exp_avg_sq"].index_select(dim, order)
-        bases.append(torch.linalg.qr(p @ q[:, order]).Q)
-    state["basis"] = bases
-    state["exp_avg"] = bases[0].T @ exp_avg @ bases[1]
+        state[f"{side}_basis"] = torch.linalg.qr(p @ q[:, order]).Q
+    state["exp_avg"] = state["left_basis"].T @ exp_avg @ state["right_basis"]
 
 
 def eigenbasis(p: torch.Tensor) -> torch.Tensor:
