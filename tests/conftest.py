@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--model", "llama-tiny", "--set", "log_every=1", "--set", "eval_every=2", "--set", "eval_batches=2"]
 UNMODELLED = TINY[2:]  # TINY less its model, for commands that name their own
 # Muon's bf16 Newton-Schulz on llama-tiny's 256-wide matrices takes 8 s a step on a CPU without bf16 kernels (AVX2
-# only, as CI's): commands that run Muon for what is not about the model's width name this narrower one
+# only, as CI's), Polar Express 10-15 s: commands that run a matrix optimizer for what is not about the model's width
+# name this narrower one
 MUON_MODEL = ("--model", "llama-tiny-w64")
 
 

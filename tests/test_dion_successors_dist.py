@@ -27,7 +27,7 @@ from reproductions.dion.normuon import NorMuon
 from reproductions.dion.soap import SOAP
 from suite.meters.comm import CommLedger
 
-from .conftest import SharedRuns, spawn_gloo
+from .conftest import MUON_MODEL, SharedRuns, spawn_gloo
 from .test_dion_dist import Toy, assert_states_close, gradient
 
 STEPS, LR, FRACTION = 3, 0.05, 0.5
@@ -143,8 +143,7 @@ def test_soap_gathers_and_scatters_each_matrix_once_bytes_as_derived(distributed
         assert ops == {op: (len(WHOLE), b) for op, b in soap_bytes(world, rank).items()}
 
 
-# llama-tiny-w64: llama-tiny's matrices cost 10-15 s per bf16 orthogonalization step on an AVX2 CPU
-HARNESS = ["--model", "llama-tiny-w64", "--set", "log_every=1", "--set", "eval_every=100", "--set", "eval_batches=1"]
+HARNESS = [*MUON_MODEL, "--set", "log_every=1", "--set", "eval_every=100", "--set", "eval_batches=1"]
 COMMANDS = {
     (method, kind): (method, "--nproc", "2", "--set", f"optimizer={kind}", "--set", "lr=0.02", "--tokens", "8192")
     for method in ("ddp", "fsdp")

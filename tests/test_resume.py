@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from suite.records import read_record
+from tests.conftest import MUON_MODEL
 from tests.peaks import exact_memory, peaks_agree
 
 ROOT = Path(__file__).resolve().parent.parent
 EVERY = 4
 FL = ["F=2"]  # a period of 2 keeps the meters' window before the checkpoint
-# Muon's bf16 Newton-Schulz on llama-tiny's 256-wide matrices takes 8 s a step on a CPU without bf16 kernels
-W64 = "model=llama-tiny-w64"
+W64 = f"model={MUON_MODEL[1]}"  # the matrix optimizers' runs (tests/conftest.py says why)
 
 
 def case(name: str, method: str, *sets: str, optimizer: str = "adamw") -> dict:

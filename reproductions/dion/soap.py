@@ -66,8 +66,8 @@ class SOAP(MatrixOptimizer):
     def _task(self, p: torch.Tensor, group: dict, rows: Rows, owner: int) -> Generator:
         yield from ()  # `lockstep` runs generators; SOAP's step requests no sums
         state = self.state[p]
-        first = "calls" not in state
-        state["calls"] = state.get("calls", 0) + 1
+        first = not state.get("started", False)  # held on every rank: only the owner holds SOAP's own state
+        state["started"] = True
         g = as_matrix(local(p.grad)).float()
         update = rows.gather_apply_scatter(g, list(rows.counts), owner, lambda whole: soap_update(state, whole, group))
         if not first:
