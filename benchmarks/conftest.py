@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 import pytest
+import torch
 
 from benchmarks.measure import PairMeter, RoundPolicy
 from benchmarks.pairs import selected
@@ -33,6 +34,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output_json: dict) -> None:
     # the gate checks exactly these pairs, so a pair whose benchmark failed or was skipped fails it
     output_json["bench_pairs"] = [p.name for p in selected(config.getoption("short"))]
+
+
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
+    # the CPU kernels torch dispatches to (AVX2, AVX512, ...) sum in different orders, so golden losses and
+    # memory counters are exact only between runs on the same instruction set (benchmarks/gate.py)
+    machine_info["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
 
 
 @pytest.fixture(scope="session")

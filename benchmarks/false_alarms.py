@@ -92,7 +92,7 @@ def compact(bench: dict, table: dict[str, dict]) -> dict:
             }
     return {
         "datetime": bench.get("datetime"),
-        "machine_info": {"cpu": bench.get("machine_info", {}).get("cpu", {})},
+        "machine_info": {k: bench.get("machine_info", {}).get(k) for k in ("cpu", gate.ISA)},
         "bench_pairs": bench["bench_pairs"],
         "pairs": pairs,
     }

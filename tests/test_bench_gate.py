@@ -23,7 +23,7 @@ from suite.run.checks import check_config
 ROOT = Path(__file__).resolve().parent.parent
 BASE, FAST, SLOW = Config("ddp"), Config("fsdp"), Config("ddp", ac=True)
 TOY = [Pair("fsdp/ddp", FAST, BASE), Pair("ac/ddp", SLOW, BASE, tolerance=0.2)]
-CPU = "AMD EPYC"
+CPU, ISA = "AMD EPYC", "AVX512"
 SPEED = {BASE.key: 1000.0, FAST.key: 900.0, SLOW.key: 700.0}
 
 
@@ -48,7 +48,7 @@ def launch(
     }
 
 
-def bench_json(speed: dict[str, float], pairs: list[Pair] = TOY, cpu: str = CPU, **launch_args) -> dict:
+def bench_json(speed: dict[str, float], pairs: list[Pair] = TOY, cpu: str = CPU, isa: str = ISA, **launch_args) -> dict:
     """A benchmark JSON with one round per pair; a pair whose two speeds are not given was not measured."""
     entries = []
     for p in pairs:
@@ -66,7 +66,7 @@ def bench_json(speed: dict[str, float], pairs: list[Pair] = TOY, cpu: str = CPU,
     return {
         "bench_pairs": [p.name for p in pairs],
         "datetime": "2026-01-01T00:00:00",
-        "machine_info": {"cpu": {"brand_raw": cpu, "count": 2}},
+        "machine_info": {"cpu": {"brand_raw": cpu, "count": 2}, gate.ISA: isa},
         "benchmarks": entries,
     }
 
@@ -232,11 +232,41 @@ def test_refreshing_golden_losses_from_some_pairs_keeps_every_other_arm_and_the_
     moved = [*LOSSES[:4], 3.25]
     only_fsdp = bench_json({BASE.key: 1000.0, FAST.key: 900.0}, losses=moved)
     new = gate.with_losses(only_fsdp, REFERENCE, TOY, command="bench -k fsdp", reason="new data order")
-    assert new["arms"][FAST.key]["losses"] == new["arms"][BASE.key]["losses"] == moved
+    assert new["arms"][FAST.key]["losses"] == new["arms"][BASE.key]["losses"] == {ISA: moved}
     assert new["arms"][SLOW.key] == REFERENCE["arms"][SLOW.key] and new["pairs"] == REFERENCE["pairs"]
     assert new["history"][-1]["reason"] == "new data order"
     with pytest.raises(ValueError, match="reason"):
         gate.with_losses(only_fsdp, REFERENCE, TOY, reason="")
+
+
+def test_on_another_instruction_set_losses_are_held_near_the_golden_curve_and_memory_is_printed():
+    """AVX2 and AVX512 kernels sum in different orders: the same launch's losses differ in the last digits."""
+    more = {"comm/all_reduce@replicate/bytes_per_step/rank0": 4096, "flops/model_per_step": 10**9, "memory/x/rank0": 1}
+    near = [x * (1 + 1e-7) for x in LOSSES]
+    checks = gate.compare(bench_json(SPEED, isa="AVX2", losses=near, counters=more), REFERENCE, TOY)
+    assert {c.verdict for c in checks if c.kind == "loss"} == {gate.OTHER_MACHINE}
+    assert {c.verdict for c in checks if c.measure == "counter/memory/x/rank0"} == {gate.OTHER_MACHINE}
+    assert not gate.failed(checks)
+    assert "0 of 3 loss curves equal to the reference at every step, 3 within 1e-03" in gate.format_table(checks)
+    far = [*LOSSES[:3], LOSSES[3] * (1 + 2 * gate.ACROSS_ISA), LOSSES[4]]
+    checks = gate.compare(bench_json(SPEED, isa="AVX2", losses=far), REFERENCE, TOY)
+    changed = {(c.measure, c.verdict) for c in checks if c.kind == "loss"}
+    assert changed == {("loss/step4", gate.CHANGED)} and gate.failed(checks)
+
+
+def test_golden_losses_of_a_second_instruction_set_are_added_beside_the_first_and_then_exact():
+    near = [x * (1 + 1e-7) for x in LOSSES]
+    avx2 = bench_json(SPEED, isa="AVX2", losses=near)
+    new = gate.with_losses(avx2, REFERENCE, TOY, command="nox -s bench", reason="CI's AVX2 CPU")
+    assert new["arms"][FAST.key]["losses"] == {ISA: LOSSES, "AVX2": near}
+    assert verdicts(gate.compare(avx2, new, TOY), "loss/all") == dict.fromkeys([BASE.key, FAST.key, SLOW.key], gate.OK)
+    assert gate.failed(gate.compare(bench_json(SPEED, isa="AVX2"), new, TOY))  # AVX2 is now exact
+    assert not gate.failed(gate.compare(bench_json(SPEED), new, TOY))
+
+
+def test_counters_refresh_only_on_the_references_instruction_set():
+    with pytest.raises(ValueError, match="--only losses"):
+        gate.reference_from(bench_json(SPEED, isa="AVX2"), TOY, reason="x", old=REFERENCE)
 
 
 def test_a_counter_that_appears_or_disappears_is_a_change():
@@ -383,7 +413,7 @@ def test_refreshing_only_counters_keeps_the_times_and_records_the_reason():
     more = {"comm/all_reduce@replicate/bytes_per_step/rank0": 8192, "flops/model_per_step": 10**9}
     new = gate.reference_from(bench_json(SPEED, counters=more, units=50.0), TOY, reason="bigger buckets", old=REFERENCE)
     assert new["arms"][FAST.key]["counters"] == more
-    assert new["arms"][FAST.key]["losses"] == LOSSES
+    assert new["arms"][FAST.key]["losses"] == {ISA: LOSSES}
     assert new["arms"][FAST.key]["cpu_units"] == REFERENCE["arms"][FAST.key]["cpu_units"]
     assert new["pairs"] == REFERENCE["pairs"]
     assert [h["reason"] for h in new["history"]] == ["the toy's first reference", "bigger buckets"]
@@ -482,15 +512,17 @@ def test_gate_reports_a_method_slowed_on_purpose(tmp_path, monkeypatch, capsys):
     assert result["method"]["slowdown"] == "fsdp:1.0"
     # the reference: the pair's own launches with the slowdown taken out (fsdp's CPU time halved)
     unslowed = {**result, "cpu_ratio": 2 * result["cpu_ratio"], "ratio": 2 * result["ratio"]}
+    here = {"machine_info": {gate.ISA: "this machine's"}}
     reference = gate.reference_from(
         {
+            **here,
             "bench_pairs": [pair.name],
             "benchmarks": [{"extra_info": {**meter.summary(pair), **unslowed, "rounds": [unslowed]}}],
         },
         [pair],
         reason="test",
     )
-    run = {"bench_pairs": [pair.name], "benchmarks": [{"extra_info": meter.summary(pair)}]}
+    run = {**here, "bench_pairs": [pair.name], "benchmarks": [{"extra_info": meter.summary(pair)}]}
     checks = gate.compare(run, reference, [pair])
     assert verdicts(checks, "cpu_ratio") == {pair.name: gate.SLOWER}
     assert {c.verdict for c in checks if c.kind == "counter"} == {gate.OK}  # a slowdown changes no counter
