@@ -3,7 +3,7 @@
 README.md here describes the method, the plan and what is not testable on this machine. The rest of the survey's
 matrix-optimizer row is declared here as optimizers too, each checked against its authors' code: Dion's successors
 from the same reference, NorMuon, Dion2 and Dion3 (NorDion2), and SOAP (`--optimizer normuon`, `dion2`, `dion3`,
-`soap`); no plan or claim uses them yet.
+`soap`); reproductions/matrix_optimizers compares them.
 """
 
 from pathlib import Path

@@ -1,0 +1,43 @@
+"""The matrix-optimizer row's plan (reproductions/matrix_optimizers): the derived value of its bytes card, the arms
+its smoke preset runs, and the refusal of a preset it does not have."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from reproductions.matrix_optimizers.bytes import layerwise_gather_bytes, layerwise_ratio, matrix_shapes
+from reproductions.matrix_optimizers.plan import ARMS, BYTES_WORLD, MODEL, TIME_WORLD, plan
+from suite.judge.claims import claims_for
+
+
+def card(claim_id: str):
+    return next(c for c in claims_for("matrix-optimizers") if c.id == claim_id)
+
+
+def test_the_layerwise_bytes_card_holds_the_value_derived_for_its_model_and_world():
+    claim = card("matrix-layerwise-muon-ddp-bytes")
+    assert claim.metric["model"] == MODEL and claim.metric["arm"] == {"world_size": BYTES_WORLD}
+    assert claim.paper_value == pytest.approx(layerwise_ratio(MODEL, BYTES_WORLD), abs=claim.band.value / 2)
+
+
+def test_layerwise_gathers_pad_each_shape_to_the_world_and_skip_a_shape_held_once():
+    shapes = Counter({(4, 3): 5, (2, 2): 1})
+    assert layerwise_gather_bytes(shapes, 2) == 2 * 3 * 4 * 3 * 2  # 5 matrices padded to 6; (2, 2) not gathered
+    assert layerwise_gather_bytes(shapes, 5) == 5 * 1 * 4 * 3 * 2
+    assert matrix_shapes(MODEL) == Counter({(64, 64): 16, (160, 64): 8, (64, 160): 4})
+
+
+def test_the_bytes_runs_and_the_timed_runs_are_told_apart_by_their_world_size():
+    runs = plan("smoke").runs
+    assert BYTES_WORLD != TIME_WORLD and {cfg.nproc for cfg in runs} == {BYTES_WORLD, TIME_WORLD}
+    assert {(cfg.optimizer, tuple(sorted(cfg.variant.items()))) for cfg in runs} >= {
+        (optimizer, tuple(sorted({**variant, **({"scalar_lr": 3e-3} if optimizer != "adamw" else {})}.items())))
+        for optimizer, variant in ARMS.values()
+    }
+
+
+def test_a_preset_the_plan_does_not_have_is_refused_naming_the_ones_it_has():
+    with pytest.raises(ValueError, match="presets smoke, not 'gpu'"):
+        plan("gpu")
