@@ -379,8 +379,9 @@ def format_table(checks: Sequence[Check], all_counters: bool = False) -> str:
         )
     for c in checks:
         if c.verdict == CHANGED and c.kind == "loss":
+            where = f"by more than {c.tolerance:.0e} at" if c.tolerance else "first at"
             lines.append(
-                f"loss of arm {c.subject} differs first at step {c.measure.removeprefix('loss/step')}: reference "
+                f"loss of arm {c.subject} differs {where} step {c.measure.removeprefix('loss/step')}: reference "
                 f"{num(c.reference, '.17g')}, measured {num(c.measured, '.17g')}; if intended, refresh the "
                 f"reference: {REFRESH_COUNTERS}"
             )

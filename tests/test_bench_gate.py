@@ -252,6 +252,7 @@ def test_on_another_instruction_set_losses_are_held_near_the_golden_curve_and_me
     checks = gate.compare(bench_json(SPEED, isa="AVX2", losses=far), REFERENCE, TOY)
     changed = {(c.measure, c.verdict) for c in checks if c.kind == "loss"}
     assert changed == {("loss/step4", gate.CHANGED)} and gate.failed(checks)
+    assert f"loss of arm {FAST.key} differs by more than 1e-03 at step 4" in gate.format_table(checks)
 
 
 def test_golden_losses_of_a_second_instruction_set_are_added_beside_the_first_and_then_exact():
