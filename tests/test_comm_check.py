@@ -50,7 +50,9 @@ RUNS = {
     "b-sdp-fsdp-holders-4": _dp("b-sdp-fsdp-holders", 4),
     "b-sdp-fsdp-worker-4": _dp("b-sdp-fsdp-worker", 4, "--set", "G=2"),
     "fl-fsdp-4": _dp("fl-fsdp", 4, *F2),
-    "fl-hsdp-8": _dp("fl-hsdp", 8, *F2),
+    # 2 groups of 2 replicas (the replicate tier; fl-fsdp-4 has the shard tier): a world of 8, which FL+HSDP needs
+    # for all three tiers at once, would be a launch of 8 processes for this one run
+    "fl-hsdp-4": _dp("fl-hsdp", 4, "--set", "G=2", "--set", "S=1", *F2),
     "diloco-2": _dp("diloco", 2, *F2),
     "diloco-merge-2": _dp("diloco-merge", 2, *F2),
     "local-sgd-4": _dp("local-sgd", 4, "--set", "G=2", *F2),
