@@ -34,8 +34,8 @@ def _run(method: str, nproc: int, *sets: str, model: tuple[str, str] = ("--model
 
 # (command, whether every reduction sums two tensors): each method of the data-parallel family at world sizes 2, 3
 # (uneven) and 4 and the matrix optimizers. No case has a world of its own: each launch of real workers starts a
-# process per rank, and the 6-rank FL run that once stood here cost 40 s of the module's 420 s; an odd number of
-# workers folded in rank order is diloco-3's and n-sdp-3's
+# process per rank, and the 6-rank FL run that once stood here was a launch of six for one run (the real runs'
+# launches took 175 s with it, 113 s without); an odd number of workers folded in rank order is diloco-3's
 CASES = {
     "ddp-2": (_run("ddp", 2), True),
     "ddp-3": (_run("ddp", 3), False),
