@@ -99,7 +99,7 @@ def traits(record: dict) -> tuple[str, ...]:
     """What groups a record's arm with others in small multiples (TRAITS), most telling first: its task (the data it
     trained on), its plan run (results folder), its model and its method."""
     task = (record.get("data") or {}).get("name") or ""
-    return (str(task), Path(record.get("_folder") or "").name, record["model"]["name"], record["method"])
+    return (str(task), plan(record), record["model"]["name"], record["method"])
 
 
 def panels(keys: list[tuple[str, ...]], limit: int = PANEL_LINES, apart: int = 0) -> list[tuple[str, list[int]]]:
