@@ -8,7 +8,16 @@ from collections import Counter
 import pytest
 
 from reproductions.matrix_optimizers.bytes import layerwise_gather_bytes, layerwise_ratio, matrix_shapes
-from reproductions.matrix_optimizers.plan import ARMS, BYTES_WORLD, MODEL, TIME_WORLD, plan
+from reproductions.matrix_optimizers.plan import (
+    ADAMW_GRID,
+    ARMS,
+    BYTES_WORLD,
+    MODEL,
+    QUALITY_STEPS,
+    TIME_WORLD,
+    TUNE_SWEEP,
+    plan,
+)
 from suite.judge.claims import claims_for
 
 
@@ -39,5 +48,13 @@ def test_the_bytes_runs_and_the_timed_runs_are_told_apart_by_their_world_size():
 
 
 def test_a_preset_the_plan_does_not_have_is_refused_naming_the_ones_it_has():
-    with pytest.raises(ValueError, match="presets smoke, not 'gpu'"):
+    with pytest.raises(ValueError, match="presets smoke, tune-adamw, not 'gpu'"):
         plan("gpu")
+
+
+def test_the_adamw_tune_gives_every_rate_of_its_grid_one_seed_0_run_of_equal_tokens_apart_from_the_evidence():
+    runs = plan("tune-adamw").runs
+    assert [cfg.lr for cfg in runs] == list(ADAMW_GRID)
+    assert {(cfg.optimizer, cfg.seed, cfg.tokens, cfg.reproduction) for cfg in runs} == {
+        ("adamw", 0, QUALITY_STEPS * 8 * 128, TUNE_SWEEP)
+    }

@@ -12,8 +12,13 @@ speed; the step times do, and their cards say which CPU and width they come from
   records hold the optimizer phase beside the whole step (throughput.phases_s_median), which the survey's
   warning card reads side by side.
 Every run at a fixed rate per optimizer (COST_LR): a few steps' time and bytes do not depend on it; the AdamW part of
-each matrix optimizer (embeddings, head, norms) at AdamW's rate, as in Dion's plan. Quality at equal tokens with
-tuned rates, and its trend along width, are not in this plan yet (README, "Not yet measured").
+each matrix optimizer (embeddings, head, norms) at AdamW's rate, as in Dion's plan.
+
+Tune-adamw (stage one of the tune at the quality cards' horizon, as Dion's): the AdamW arm on one process, QUALITY
+(llama-tiny-w64, micro-batch 8 x 128 tokens of the stdlib corpus), QUALITY_STEPS steps under one schedule rule
+(QUALITY_SCHEDULE), seed 0, every rate of ADAMW_GRID, filed as TUNE_SWEEP so that no verdict counts a tuning run.
+Its winner becomes the rate of the AdamW part of every matrix optimizer in stage two, so every arm of a card trains
+its embeddings, head and norms at one rate. The quality presets and their cards come after both stages.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from suite.config import RunConfig
-from suite.plan.plans import Plan
+from suite.plan.plans import Plan, Schedule, lr_sweep
 
 MODEL = "llama-tiny-w64"
 COMMON = dict(model=MODEL, device="cpu", micro_batch=4, seq_len=128, eval_every=100, eval_batches=1, log_every=5)
@@ -47,7 +52,13 @@ BYTES_ARMS = (
 )
 TIME_WORLD, TIME_SEEDS, TIME_STEPS = 2, (0, 1, 2), 8
 TIME_ARMS = ("adamw", "muon", "muon-layerwise", "normuon", "dion2-half", "soap")
-PRESETS = ("smoke",)
+QUALITY = dict(
+    model=MODEL, device="cpu", nproc=1, micro_batch=8, seq_len=128, data="stdlib", eval_every=25, log_every=10
+)
+QUALITY_STEPS, QUALITY_SCHEDULE = 300, Schedule(warmup=0.1)
+TUNE_SWEEP = "matrix-optimizers-lr-sweep"
+ADAMW_GRID = (5e-4, 1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2)  # factor-2 steps, Dion's tune grid for AdamW
+PRESETS = ("smoke", "tune-adamw")
 
 
 def _steps_tokens(steps: int, nproc: int) -> int:
@@ -77,13 +88,37 @@ def smoke_runs() -> list[RunConfig]:
     return runs + [cost_run("ddp", TIME_WORLD, arm, seed, TIME_STEPS) for seed in TIME_SEEDS for arm in TIME_ARMS]
 
 
+def quality_run(arm: str, lr: float, seed: int, scalar_lr: float) -> RunConfig:
+    """Arm `arm` of ARMS on QUALITY for QUALITY_STEPS steps under QUALITY_SCHEDULE at `lr`, its AdamW part (a matrix
+    optimizer's) at `scalar_lr`."""
+    optimizer, variant = ARMS[arm]
+    if optimizer != "adamw":
+        variant = {**variant, "scalar_lr": scalar_lr}
+    tokens = QUALITY_STEPS * QUALITY["nproc"] * QUALITY["micro_batch"] * QUALITY["seq_len"]
+    return RunConfig(
+        optimizer=optimizer,
+        lr=lr,
+        seed=seed,
+        variant=variant,
+        tokens=tokens,
+        **QUALITY,
+        **QUALITY_SCHEDULE.settings(QUALITY_STEPS),
+    )
+
+
 def plan(preset: str) -> Plan:
-    if preset not in PRESETS:
+    if preset == "smoke":
+        runs, protocol = smoke_runs(), "every arm at a fixed rate per optimizer (time and bytes only)"
+        notes = ["CPU timings at width 64: the papers' GPU step times and 300M-1.2B quality claims are not tested here"]
+    elif preset == "tune-adamw":
+        runs = lr_sweep([quality_run("adamw", ADAMW_GRID[0], 0, SCALAR_LR)], ADAMW_GRID, TUNE_SWEEP)
+        protocol, notes = "a learning-rate sweep on seed 0, filed apart from the evidence", []
+    else:
         raise ValueError(f"the matrix-optimizers plan has the presets {', '.join(PRESETS)}, not {preset!r}")
     return Plan(
         preset,
-        smoke_runs(),
-        protocol="equal tokens in every comparison; every arm at a fixed rate per optimizer (time and bytes only)",
+        runs,
+        protocol=f"equal tokens in every comparison; {protocol}",
         claims=Path(__file__).with_name("claims.yaml"),
-        notes=["CPU timings at width 64: the papers' GPU step times and 300M-1.2B quality claims are not tested here"],
+        notes=notes,
     )
