@@ -4,21 +4,28 @@ its smoke preset runs, and the refusal of a preset it does not have."""
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from reproductions.matrix_optimizers.bytes import layerwise_gather_bytes, layerwise_ratio, matrix_shapes
 from reproductions.matrix_optimizers.plan import (
     ADAMW_GRID,
+    ADAMW_TUNED,
     ARMS,
     BYTES_WORLD,
     MODEL,
+    QUALITY_ARMS,
     QUALITY_STEPS,
     TIME_WORLD,
+    TUNE_GRIDS,
     TUNE_SWEEP,
     plan,
 )
 from suite.judge.claims import claims_for
+from suite.judge.sweeps import sweep_winners
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def card(claim_id: str):
@@ -48,7 +55,7 @@ def test_the_bytes_runs_and_the_timed_runs_are_told_apart_by_their_world_size():
 
 
 def test_a_preset_the_plan_does_not_have_is_refused_naming_the_ones_it_has():
-    with pytest.raises(ValueError, match="presets smoke, tune-adamw, not 'gpu'"):
+    with pytest.raises(ValueError, match="presets smoke, tune-adamw, tune-matrix, not 'gpu'"):
         plan("gpu")
 
 
@@ -58,3 +65,19 @@ def test_the_adamw_tune_gives_every_rate_of_its_grid_one_seed_0_run_of_equal_tok
     assert {(cfg.optimizer, cfg.seed, cfg.tokens, cfg.reproduction) for cfg in runs} == {
         ("adamw", 0, QUALITY_STEPS * 8 * 128, TUNE_SWEEP)
     }
+
+
+def test_the_adamw_part_of_stage_two_is_stage_ones_winner_inside_its_grid():
+    """suite.judge.sweeps' rule picks ADAMW_TUNED from results/matrix-optimizers-tune-adamw (it refuses a winner at
+    its grid's edge)."""
+    (winner,) = sweep_winners(ROOT / "results" / "matrix-optimizers-tune-adamw", TUNE_SWEEP).values()
+    assert (winner.lr, winner.grid) == (ADAMW_TUNED, ADAMW_GRID)
+
+
+def test_stage_two_gives_every_matrix_optimizer_six_trials_on_its_grid_with_the_adamw_part_at_the_winner():
+    runs = plan("tune-matrix").runs
+    for arm in QUALITY_ARMS[1:]:
+        optimizer, variant = ARMS[arm]
+        mine = [c for c in runs if c.optimizer == optimizer]
+        assert [c.lr for c in mine] == list(TUNE_GRIDS[arm]) and len(TUNE_GRIDS[arm]) == len(ADAMW_GRID)
+        assert all(c.variant == {**variant, "scalar_lr": ADAMW_TUNED} and c.reproduction == TUNE_SWEEP for c in mine)

@@ -17,16 +17,20 @@ each matrix optimizer (embeddings, head, norms) at AdamW's rate, as in Dion's pl
 Tune-adamw (stage one of the tune at the quality cards' horizon, as Dion's): the AdamW arm on one process, QUALITY
 (llama-tiny-w64, micro-batch 8 x 128 tokens of the stdlib corpus), QUALITY_STEPS steps under one schedule rule
 (QUALITY_SCHEDULE), seed 0, every rate of ADAMW_GRID, filed as TUNE_SWEEP so that no verdict counts a tuning run.
-Its winner becomes the rate of the AdamW part of every matrix optimizer in stage two, so every arm of a card trains
-its embeddings, head and norms at one rate. The quality presets and their cards come after both stages.
+Its winner (ADAMW_TUNED) becomes the rate of the AdamW part of every matrix optimizer in stage two, so every arm
+of a card trains its embeddings, head and norms at one rate.
+Tune-matrix (stage two): Muon, NorMuon, Dion2 (fraction 1/4), Dion3 and SOAP likewise, each at every rate of its
+grid (TUNE_GRIDS: Dion's matrix grid for the orthogonalizing four, AdamW's for SOAP, whose update is Adam's in a
+rotated basis), six trials each as AdamW had, rate by rate. The quality presets and their cards come after both.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from suite.config import RunConfig
-from suite.plan.plans import Plan, Schedule, lr_sweep
+from suite.plan.plans import Plan, Schedule
 
 MODEL = "llama-tiny-w64"
 COMMON = dict(model=MODEL, device="cpu", micro_batch=4, seq_len=128, eval_every=100, eval_batches=1, log_every=5)
@@ -58,7 +62,11 @@ QUALITY = dict(
 QUALITY_STEPS, QUALITY_SCHEDULE = 300, Schedule(warmup=0.1)
 TUNE_SWEEP = "matrix-optimizers-lr-sweep"
 ADAMW_GRID = (5e-4, 1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2)  # factor-2 steps, Dion's tune grid for AdamW
-PRESETS = ("smoke", "tune-adamw")
+MATRIX_GRID = (0.0125, 0.025, 0.05, 0.1, 0.2, 0.4)  # Dion's tune grid for Muon and Dion
+QUALITY_ARMS = ("adamw", "muon", "normuon", "dion2", "dion3", "soap")
+TUNE_GRIDS = {arm: ADAMW_GRID if arm in ("adamw", "soap") else MATRIX_GRID for arm in QUALITY_ARMS}
+ADAMW_TUNED = 4e-3  # stage one's winner (results/matrix-optimizers-tune-adamw; a test checks it)
+PRESETS = ("smoke", "tune-adamw", "tune-matrix")
 
 
 def _steps_tokens(steps: int, nproc: int) -> int:
@@ -106,12 +114,22 @@ def quality_run(arm: str, lr: float, seed: int, scalar_lr: float) -> RunConfig:
     )
 
 
+def tune_runs(arms: tuple[str, ...]) -> list[RunConfig]:
+    """Seed 0 of each arm at every rate of its TUNE_GRIDS grid, rate by rate (a tune stopped midway leaves every arm
+    with nearly as many trials), the matrix optimizers' AdamW part at ADAMW_TUNED."""
+    return [
+        replace(quality_run(arm, TUNE_GRIDS[arm][i], 0, ADAMW_TUNED), reproduction=TUNE_SWEEP)
+        for i in range(len(ADAMW_GRID))
+        for arm in arms
+    ]
+
+
 def plan(preset: str) -> Plan:
     if preset == "smoke":
         runs, protocol = smoke_runs(), "every arm at a fixed rate per optimizer (time and bytes only)"
         notes = ["CPU timings at width 64: the papers' GPU step times and 300M-1.2B quality claims are not tested here"]
-    elif preset == "tune-adamw":
-        runs = lr_sweep([quality_run("adamw", ADAMW_GRID[0], 0, SCALAR_LR)], ADAMW_GRID, TUNE_SWEEP)
+    elif preset in ("tune-adamw", "tune-matrix"):
+        runs = tune_runs(QUALITY_ARMS[:1] if preset == "tune-adamw" else QUALITY_ARMS[1:])
         protocol, notes = "a learning-rate sweep on seed 0, filed apart from the evidence", []
     else:
         raise ValueError(f"the matrix-optimizers plan has the presets {', '.join(PRESETS)}, not {preset!r}")
