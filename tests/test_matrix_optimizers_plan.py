@@ -13,7 +13,9 @@ from reproductions.matrix_optimizers.plan import (
     ADAMW_GRID,
     ADAMW_TUNED,
     ARMS,
+    AT_EDGE,
     BYTES_WORLD,
+    MATRIX_TUNED,
     MODEL,
     QUALITY_ARMS,
     QUALITY_STEPS,
@@ -24,6 +26,7 @@ from reproductions.matrix_optimizers.plan import (
 )
 from suite.judge.claims import claims_for
 from suite.judge.sweeps import sweep_winners
+from suite.records import load_records
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,3 +84,21 @@ def test_stage_two_gives_every_matrix_optimizer_six_trials_on_its_grid_with_the_
         mine = [c for c in runs if c.optimizer == optimizer]
         assert [c.lr for c in mine] == list(TUNE_GRIDS[arm]) and len(TUNE_GRIDS[arm]) == len(ADAMW_GRID)
         assert all(c.variant == {**variant, "scalar_lr": ADAMW_TUNED} and c.reproduction == TUNE_SWEEP for c in mine)
+
+
+def test_stage_two_winners_are_the_declared_rates_inside_their_grids_and_the_edge_ones_are_named():
+    """Each optimizer's lowest final validation loss in results/matrix-optimizers-tune-matrix: MATRIX_TUNED's rates,
+    none at an end of its grid; Dion2's and Dion3's at the lowest rate (AT_EDGE), which suite.judge.sweeps refuses."""
+    losses: dict[str, dict[float, float]] = {}
+    for rec in load_records(ROOT / "results" / "matrix-optimizers-tune-matrix")[0]:
+        final = [p["val_loss"] for p in rec["curve"] if p["val_loss"] is not None][-1]
+        losses.setdefault(rec["optimizer"]["name"], {})[rec["settings"]["lr"]] = final
+    winners = {name: min(trials, key=trials.get) for name, trials in losses.items()}
+    assert {name: sorted(trials) for name, trials in losses.items()} == {
+        a: list(TUNE_GRIDS[a]) for a in QUALITY_ARMS[1:]
+    }
+    assert {a: winners[a] for a in MATRIX_TUNED} == MATRIX_TUNED
+    assert all(TUNE_GRIDS[a][0] < lr < TUNE_GRIDS[a][-1] for a, lr in MATRIX_TUNED.items())
+    assert {a for a, lr in winners.items() if lr == TUNE_GRIDS[a][0]} == set(AT_EDGE)
+    with pytest.raises(ValueError, match="extend the grid below 0.0125"):
+        sweep_winners(ROOT / "results" / "matrix-optimizers-tune-matrix", TUNE_SWEEP)

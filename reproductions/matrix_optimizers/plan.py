@@ -66,6 +66,10 @@ MATRIX_GRID = (0.0125, 0.025, 0.05, 0.1, 0.2, 0.4)  # Dion's tune grid for Muon 
 QUALITY_ARMS = ("adamw", "muon", "normuon", "dion2", "dion3", "soap")
 TUNE_GRIDS = {arm: ADAMW_GRID if arm in ("adamw", "soap") else MATRIX_GRID for arm in QUALITY_ARMS}
 ADAMW_TUNED = 4e-3  # stage one's winner (results/matrix-optimizers-tune-adamw; a test checks it)
+# stage two's winners inside their grids (results/matrix-optimizers-tune-matrix; a test checks them); Dion2's and
+# Dion3's are at their grid's lowest rate, 0.0125, so their grid extends below it before they have a rate
+MATRIX_TUNED = {"muon": 0.05, "normuon": 0.05, "soap": 0.008}
+AT_EDGE = ("dion2", "dion3")
 PRESETS = ("smoke", "tune-adamw", "tune-matrix")
 
 
