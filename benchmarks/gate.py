@@ -310,13 +310,13 @@ def compare(bench: dict, reference: dict, pairs: Sequence[Pair] = PAIRS) -> list
     covered = [p for p in pairs if p.name in summaries]
     runs = launches(summaries)
     ref_pairs, ref_arms = reference.get("pairs", {}), reference.get("arms", {})
-    here = machine(bench)
-    same_machine = processor(reference.get("machine", {})) == processor(here)
+    same_machine = processor(reference.get("machine", {})) == processor(machine(bench))
+    isa = run_isa(bench)
     checks: list[Check] = []
     for arm in arms_of(covered):
         ref = ref_arms.get(arm)
         checks += counter_checks(arm, runs.get(arm, []), ref, same_machine)
-        checks += loss_checks(arm, runs.get(arm, []), ref, run_isa(bench))
+        checks += loss_checks(arm, runs.get(arm, []), ref, isa)
         for measure in ("cpu_units", "wall_units"):
             values = [r[measure] for r in runs.get(arm, []) if r.get(measure) is not None]
             new = statistics.median(values) if values else None

@@ -26,6 +26,7 @@ from reproductions.matrix_optimizers.plan import (
 )
 from suite.judge.claims import claims_for
 from suite.judge.sweeps import sweep_winners
+from suite.models import build_model
 from suite.records import load_records
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +46,7 @@ def test_layerwise_gathers_pad_each_shape_to_the_world_and_skip_a_shape_held_onc
     shapes = Counter({(4, 3): 5, (2, 2): 1})
     assert layerwise_gather_bytes(shapes, 2) == 2 * 3 * 4 * 3 * 2  # 5 matrices padded to 6; (2, 2) not gathered
     assert layerwise_gather_bytes(shapes, 5) == 5 * 1 * 4 * 3 * 2
-    assert matrix_shapes(MODEL) == Counter({(64, 64): 16, (160, 64): 8, (64, 160): 4})
+    assert matrix_shapes(build_model(MODEL)) == Counter({(64, 64): 16, (160, 64): 8, (64, 160): 4})
 
 
 def test_the_bytes_runs_and_the_timed_runs_are_told_apart_by_their_world_size():

@@ -12,15 +12,17 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+from torch import nn
+
 from suite.models import build_model
 from suite.run.optim import param_groups
 
 FP32, BF16 = 4, 2
 
 
-def matrix_shapes(model: str) -> Counter:
+def matrix_shapes(model: nn.Module) -> Counter:
     """How many matrices of each shape the matrix optimizers step in `model` (param_groups' `matrices`)."""
-    return Counter(tuple(p.shape) for p in param_groups(build_model(model))["matrices"])
+    return Counter(tuple(p.shape) for p in param_groups(model)["matrices"])
 
 
 def layerwise_gather_bytes(shapes: Counter, world: int) -> int:
@@ -30,5 +32,6 @@ def layerwise_gather_bytes(shapes: Counter, world: int) -> int:
 
 def layerwise_ratio(model: str, world: int) -> float:
     """DDP + layer-wise Muon's payload per rank per step over DDP + Muon's (the gradient all-reduce alone)."""
-    gradient = sum(p.numel() for p in build_model(model).parameters()) * FP32
-    return (gradient + layerwise_gather_bytes(matrix_shapes(model), world)) / gradient
+    built = build_model(model)
+    gradient = sum(p.numel() for p in built.parameters()) * FP32
+    return (gradient + layerwise_gather_bytes(matrix_shapes(built), world)) / gradient

@@ -73,22 +73,26 @@ AT_EDGE = ("dion2", "dion3")
 PRESETS = ("smoke", "tune-adamw", "tune-matrix")
 
 
-def _steps_tokens(steps: int, nproc: int) -> int:
-    return steps * nproc * COMMON["micro_batch"] * COMMON["seq_len"]
+def _tokens(steps: int, nproc: int, common: dict) -> int:
+    return steps * nproc * common["micro_batch"] * common["seq_len"]
+
+
+def _arm(arm: str, scalar_lr: float) -> tuple[str, dict]:
+    """Arm `arm` of ARMS as (optimizer, its parameters), a matrix optimizer's AdamW part at `scalar_lr`."""
+    optimizer, variant = ARMS[arm]
+    return optimizer, variant if optimizer == "adamw" else {**variant, "scalar_lr": scalar_lr}
 
 
 def cost_run(method: str, nproc: int, arm: str, seed: int, steps: int) -> RunConfig:
     """Arm `arm` of ARMS under `method` at `nproc` ranks for `steps` steps, at its optimizer's COST_LR."""
-    optimizer, variant = ARMS[arm]
-    if optimizer != "adamw":
-        variant = {**variant, "scalar_lr": SCALAR_LR}
+    optimizer, variant = _arm(arm, SCALAR_LR)
     return RunConfig(
         method=method,
         nproc=nproc,
         optimizer=optimizer,
         lr=COST_LR[optimizer],
         seed=seed,
-        tokens=_steps_tokens(steps, nproc),
+        tokens=_tokens(steps, nproc, COMMON),
         variant=variant,
         **COMMON,
     )
@@ -103,16 +107,13 @@ def smoke_runs() -> list[RunConfig]:
 def quality_run(arm: str, lr: float, seed: int, scalar_lr: float) -> RunConfig:
     """Arm `arm` of ARMS on QUALITY for QUALITY_STEPS steps under QUALITY_SCHEDULE at `lr`, its AdamW part (a matrix
     optimizer's) at `scalar_lr`."""
-    optimizer, variant = ARMS[arm]
-    if optimizer != "adamw":
-        variant = {**variant, "scalar_lr": scalar_lr}
-    tokens = QUALITY_STEPS * QUALITY["nproc"] * QUALITY["micro_batch"] * QUALITY["seq_len"]
+    optimizer, variant = _arm(arm, scalar_lr)
     return RunConfig(
         optimizer=optimizer,
         lr=lr,
         seed=seed,
         variant=variant,
-        tokens=tokens,
+        tokens=_tokens(QUALITY_STEPS, QUALITY["nproc"], QUALITY),
         **QUALITY,
         **QUALITY_SCHEDULE.settings(QUALITY_STEPS),
     )
