@@ -1,5 +1,4 @@
-import sys
-
 from suite.cli import main
+from suite.exit import leave
 
-sys.exit(main())
+leave(main())

@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from suite.config import RunConfig
-from suite.meters.memory import MemoryMeter, allocator_is_default, allocator_settings
+from suite.meters.memory import MemoryMeter
+from suite.meters.process import allocator_is_default, allocator_settings
 from suite.run import launch
 
 
@@ -27,7 +28,7 @@ def test_a_process_started_with_a_tuning_reports_it(tuned):
     env = {k: v for k, v in os.environ.items() if k not in allocator_settings(os.environ)}
     if tuned:
         env.update(MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0")
-    code = "from suite.meters.memory import allocator_is_default as d; print(d())"
+    code = "from suite.meters.process import allocator_is_default as d; print(d())"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == str(not tuned)
 

@@ -13,18 +13,22 @@ import pytest
 from suite.run.strategy import methods
 from tests.conftest import MUON_MODEL, UNMODELLED, Runs
 
-SMALL = ("--set", "micro_batch=2", "--set", "seq_len=64", "--set", "comm_check=true")
+SMALL = ("--set", "seq_len=64", "--set", "comm_check=true")
 
 
-def _steps(method: str, nproc: int, steps: int, replicas: int, *sets: str) -> tuple[str, ...]:
-    """`method` at `nproc` for about `steps` steps of `replicas` data-parallel replicas of 2 x 64 tokens."""
+def _steps(method: str, nproc: int, replicas: int, *sets: str, micro_batch: int = 2) -> tuple[str, ...]:
+    """`method` at `nproc` on `replicas` data-parallel replicas of `micro_batch` x 64 tokens, for as many steps as
+    the ledger needs: the warm-up's two (DDP rebuilds its buckets after step 0), then one whole period of the
+    method's pattern (two steps with F=2, else one) from comm_step 2."""
     model = "llama-tiny-moe" if method == "ep" else MUON_MODEL[1] if "muon" in sets else "llama-tiny"
-    tokens = str(steps * replicas * 2 * 64)
-    return (method, "--nproc", str(nproc), "--model", model, "--tokens", tokens, *SMALL, *sets)
+    steps = 2 + (2 if "F=2" in sets else 1)
+    tokens = str(steps * replicas * micro_batch * 64)
+    batch = ("--set", f"micro_batch={micro_batch}")
+    return (method, "--nproc", str(nproc), "--model", model, "--tokens", tokens, *batch, *SMALL, *sets)
 
 
 def _dp(method: str, nproc: int, *sets: str) -> tuple[str, ...]:
-    return _steps(method, nproc, 5, nproc, *sets)
+    return _steps(method, nproc, nproc, *sets)
 
 
 F2 = ("--set", "F=2")  # an aggregation every 2 steps: one whole period inside the ledger's window
@@ -36,13 +40,13 @@ RUNS = {
     "fsdp-4": _dp("fsdp", 4),
     "hsdp-4": _dp("hsdp", 4),
     "zero1-3": _dp("zero1", 3),
-    "tp-2": _steps("tp", 2, 5, 1),
-    "tp-4-sp": _steps("tp", 4, 5, 1, "--set", "sequence_parallel=true"),
-    "pp-2": _steps("pp", 2, 5, 1, "--set", "micro_batch=4"),
-    "pp-fsdp-4": _steps("pp-fsdp", 4, 5, 2, "--set", "micro_batch=4"),
-    "cp-2": _steps("cp", 2, 5, 1),
+    "tp-2": _steps("tp", 2, 1),
+    "tp-4-sp": _steps("tp", 4, 1, "--set", "sequence_parallel=true"),
+    "pp-2": _steps("pp", 2, 1, micro_batch=4),
+    "pp-fsdp-4": _steps("pp-fsdp", 4, 2, micro_batch=4),
+    "cp-2": _steps("cp", 2, 1),
     "ep-2": _dp("ep", 2),
-    "fsdp-tp-4": _steps("fsdp-tp", 4, 5, 2),
+    "fsdp-tp-4": _steps("fsdp-tp", 4, 2),
     "b-sdp-3": _dp("b-sdp", 3, "--set", "C=0.5"),
     "b-sdp-dense-2": _dp("b-sdp", 2, "--set", "C=0.75", "--set", "aggregation=dense"),
     "bb-sdp-2": _dp("bb-sdp", 2, "--set", "C=0.5"),

@@ -3,10 +3,10 @@ processes of the same configuration give the same losses at every logged step, t
 
 Tolerance, measured: where every reduction sums two tensors (K = 2, or groups of 2) the two are equal bit for bit;
 a sum over 3 or 4 ranks is taken in rank order here and in gloo's own order there, which differ in the last bit,
-and training carries that on. Over these 8 steps the largest difference seen was 2.4e-7 nats with AdamW and Muon
-(hence TOLERANCE, 40 times that) and 1.2e-4 with Dion at K = 3, whose power iteration and QR grow a last-bit
-difference (DION_TOLERANCE, 8 times that). Each emulated run is itself deterministic: every worker draws from its
-own generator state, which the emulator swaps in with the turn.
+and training carries that on. Over 8 steps of these runs (the test runs 5) the largest difference seen was 2.4e-7
+nats with AdamW and Muon (hence TOLERANCE, 40 times that) and 1.2e-4 with Dion at K = 3, whose power iteration and
+QR grow a last-bit difference (DION_TOLERANCE, 8 times that). Each emulated run is itself deterministic: every
+worker draws from its own generator state, which the emulator swaps in with the turn.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ F2 = ("--set", "F=2")
 
 
 def _run(method: str, nproc: int, *sets: str, model: tuple[str, str] = ("--model", "llama-tiny")) -> tuple[str, ...]:
-    """`method` at `nproc` for 8 steps of 2 x 64 tokens a replica (every worker a replica of its own)."""
-    return (method, "--nproc", str(nproc), "--tokens", str(8 * nproc * 2 * 64), *model, *SMALL, *sets)
+    """`method` at `nproc` for 5 steps of 2 x 64 tokens a replica (every worker a replica of its own): two of
+    warm-up, then the meters' window and the F=2 methods' second outer step (steps 1 and 3)."""
+    return (method, "--nproc", str(nproc), "--tokens", str(5 * nproc * 2 * 64), *model, *SMALL, *sets)
 
 
 # (command, whether every reduction sums two tensors): each method of the data-parallel family at world sizes 2, 3

@@ -10,13 +10,8 @@ from torch.distributed.fsdp import fully_shard
 from torch.testing._internal.distributed.fake_pg import FakeStore
 from torch.utils.checkpoint import checkpoint
 
-from suite.meters.memory import (
-    CATEGORIES,
-    MemoryMeter,
-    peak_rss_bytes,
-    process_rss_bytes,
-    reset_peak_rss,
-)
+from suite.meters.memory import CATEGORIES, MemoryMeter
+from suite.meters.process import peak_rss_bytes, process_rss_bytes, reset_peak_rss
 
 
 class MLP(nn.Module):

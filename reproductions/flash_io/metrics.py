@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from suite.judge.metrics import Samples, metric
+
+if TYPE_CHECKING:  # the metrics receive the report's frames; importing pandas would cost every command 0.5 s
+    import pandas as pd
 
 
 def _item_rows(df: pd.DataFrame, method: str, hardware: str | None = None) -> tuple[list[dict], pd.DataFrame]:

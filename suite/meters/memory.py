@@ -58,15 +58,9 @@ peak-RSS count restarts; every record lists `allocator_settings()` (empty at the
 """
 
 import contextlib
-import ctypes
-import ctypes.util
-import os
-import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from functools import wraps
-from pathlib import Path
 
-import psutil
 import torch
 from torch import nn
 from torch.distributed._tools.common_utils import get_untyped_storages
@@ -75,6 +69,8 @@ from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
 from torch.distributed.fsdp import FSDPModule
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils._pytree import tree_leaves
+
+from suite.meters.process import peak_rss_bytes, release_free_heap, reset_peak_rss
 
 # They sum to `peak_bytes`.
 CATEGORIES = ("params", "grads", "optimizer", "activations", "comm_buffers", "other")
@@ -108,80 +104,7 @@ FSDP_CATEGORIES = {
     _FSDPRefType.INP: "other",
 }
 
-# glibc reads these at process start (mallopt's parameters as environment variables)
-_MALLOC_ENV = (
-    "MALLOC_MMAP_THRESHOLD_",
-    "MALLOC_TRIM_THRESHOLD_",
-    "MALLOC_TOP_PAD_",
-    "MALLOC_MMAP_MAX_",
-    "MALLOC_ARENA_MAX",
-    "MALLOC_ARENA_TEST",
-    "MALLOC_PERTURB_",
-    "MALLOC_CHECK_",
-)
 _TOTAL = "Total"
-_STATUS = Path("/proc/self/status")
-_CLEAR_REFS = Path("/proc/self/clear_refs")
-_ENVIRON = Path("/proc/self/environ")
-
-
-def process_rss_bytes() -> int:
-    """Resident set size of this process now."""
-    return psutil.Process().memory_info().rss
-
-
-def reset_peak_rss() -> bool:
-    """Restart the process's peak-RSS count (Linux); False where the kernel does not allow it."""
-    try:
-        _CLEAR_REFS.write_text("5")
-    except OSError:
-        return False
-    return True
-
-
-def peak_rss_bytes() -> int | None:
-    """Peak RSS since the last `reset_peak_rss()` (or process start); None without /proc."""
-    try:
-        match = re.search(r"^VmHWM:\s+(\d+) kB", _STATUS.read_text(), re.MULTILINE)
-    except OSError:
-        return None
-    return int(match.group(1)) * 1024 if match else None
-
-
-def _start_environ() -> Mapping[str, str]:
-    # glibc read the environment the process was started with, not os.environ as changed since
-    try:
-        pairs = _ENVIRON.read_bytes().split(b"\0")
-    except OSError:
-        return os.environ
-    return dict(p.decode(errors="replace").split("=", 1) for p in pairs if b"=" in p)
-
-
-def allocator_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The malloc tunings in `environ` (default: this process's start environment); {} at the defaults."""
-    env = _start_environ() if environ is None else environ
-    found = {k: env[k] for k in _MALLOC_ENV if k in env}
-    tunables = [t for t in env.get("GLIBC_TUNABLES", "").split(":") if t.startswith("glibc.malloc.")]
-    if tunables:
-        found["GLIBC_TUNABLES"] = ":".join(tunables)
-    return found
-
-
-def allocator_is_default(environ: Mapping[str, str] | None = None) -> bool:
-    """True when nothing tunes glibc's malloc for this process (or for workers started with `environ`).
-
-    This module never changes a setting itself (see the module docstring), so timed steps run at the defaults
-    exactly when the process started without a tuning."""
-    return not allocator_settings(environ)
-
-
-def _release_free_heap() -> None:
-    # Free pages kept by glibc's arenas would set the peak RSS before the step begins; malloc_trim returns
-    # them without changing any threshold. Other C libraries keep their own behaviour.
-    name = ctypes.util.find_library("c")
-    libc = ctypes.CDLL(name) if name else None
-    if libc is not None and hasattr(libc, "malloc_trim"):
-        libc.malloc_trim(0)
 
 
 def _forget_repeated_top_module(tracker: MemTracker, module: nn.Module) -> None:
@@ -378,7 +301,7 @@ class MemoryMeter:
         tracker = self._tracker()
         state: dict[str, int] = {}
         rebuilt_before = self.ddp is not None and self.ddp._has_rebuilt_buckets
-        _release_free_heap()
+        release_free_heap()
         rss_resettable = reset_peak_rss()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

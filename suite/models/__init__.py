@@ -4,20 +4,27 @@ Models are single-device; DDP, FSDP2, activation checkpointing and SDP masks are
 outside, per block, to what blocks_of returns.
 """
 
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
 from torch import nn
-from torchvision.models.resnet import BasicBlock
-from torchvision.models.swin_transformer import SwinTransformerBlock
 
 from suite.models.llama import LLAMA_CONFIGS, Block, Llama, LlamaConfig
 from suite.models.moe import MOE_CONFIGS, MoeConfig, MoeLlama
-from suite.models.vision import resnet18, swin_t, wrn18
 
-BLOCK_TYPES: tuple[type[nn.Module], ...] = (Block, BasicBlock, SwinTransformerBlock)
+
+def block_types() -> tuple[type[nn.Module], ...]:
+    """The residual block classes. torchvision's are named only once torchvision is imported (no model of it
+    can exist before): importing it costs every process that trains a language model about 1 s."""
+    if "torchvision" not in sys.modules:
+        return (Block,)
+    from torchvision.models.resnet import BasicBlock
+    from torchvision.models.swin_transformer import SwinTransformerBlock
+
+    return (Block, BasicBlock, SwinTransformerBlock)
 
 
 @dataclass(frozen=True)
@@ -36,14 +43,23 @@ def _build_moe(**config: Any) -> nn.Module:
     return MoeLlama(MoeConfig(**config))
 
 
+def _vision(builder: str) -> Callable[..., nn.Module]:
+    def build(**config: Any) -> nn.Module:
+        from suite.models import vision
+
+        return getattr(vision, builder)(**config)
+
+    return build
+
+
 _IMAGE_DEFAULTS = MappingProxyType({"num_classes": 10, "in_channels": 3})
 
 MODELS: dict[str, ModelSpec] = {
     **{name: ModelSpec(name, "lm", _build_llama, MappingProxyType(asdict(cfg))) for name, cfg in LLAMA_CONFIGS.items()},
     **{name: ModelSpec(name, "lm", _build_moe, MappingProxyType(asdict(cfg))) for name, cfg in MOE_CONFIGS.items()},
-    "resnet18": ModelSpec("resnet18", "image", resnet18, _IMAGE_DEFAULTS),
-    "wrn18": ModelSpec("wrn18", "image", wrn18, _IMAGE_DEFAULTS),
-    "swin-t": ModelSpec("swin-t", "image", swin_t, _IMAGE_DEFAULTS),
+    "resnet18": ModelSpec("resnet18", "image", _vision("resnet18"), _IMAGE_DEFAULTS),
+    "wrn18": ModelSpec("wrn18", "image", _vision("wrn18"), _IMAGE_DEFAULTS),
+    "swin-t": ModelSpec("swin-t", "image", _vision("swin_t"), _IMAGE_DEFAULTS),
 }
 
 
@@ -87,11 +103,12 @@ def build_model(name: str, **overrides: Any) -> nn.Module:
 
 def blocks_of(model: nn.Module) -> list[nn.Module]:
     """The repeated residual blocks of `model`, in forward order: the units to wrap one by one."""
-    blocks = [m for m in model.modules() if isinstance(m, BLOCK_TYPES)]
+    types = block_types()
+    blocks = [m for m in model.modules() if isinstance(m, types)]
     if not blocks:
         raise ValueError(
             f"{type(model).__name__} has no residual blocks of a known type "
-            f"({', '.join(t.__name__ for t in BLOCK_TYPES)}); build it with build_model"
+            f"({', '.join(t.__name__ for t in types)}); build it with build_model"
         )
     return blocks
 

@@ -21,11 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
-from torch.distributed._tools.mem_tracker import MemTracker
 
 from suite.config import RunConfig
 from suite.meters.flops import FlopMeter
-from suite.meters.memory import peak_rss_bytes, reset_peak_rss
+from suite.meters.process import peak_rss_bytes, reset_peak_rss
 from suite.run.recorder import new_record, new_run_id
 from suite.timing import load_average, load_timing
 
@@ -79,6 +78,9 @@ def _peak_bytes(work: Callable, device: torch.device) -> tuple[int, int | None]:
         work()
         _sync(device)
         return torch.cuda.max_memory_allocated(device), None
+    # imported here: torch.distributed._tools brings dynamo and inductor, 1.6 s for every command that parses
+    from torch.distributed._tools.mem_tracker import MemTracker
+
     resettable = reset_peak_rss()
     tracker = MemTracker()
     with tracker:

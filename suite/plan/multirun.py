@@ -30,6 +30,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 from suite.config import RunConfig
+from suite.exit import leave
 from suite.records import RecordError, read_record
 from suite.run.faults import die_with_launcher
 from suite.run.launch import close_record, exit_text, start_workers
@@ -109,3 +110,4 @@ def main(spec: Path) -> None:
 if __name__ == "__main__":
     die_with_launcher()
     main(Path(sys.argv[1]))
+    leave(0)

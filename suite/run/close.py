@@ -23,7 +23,7 @@ from suite import data as data_lib
 from suite.config import RunConfig
 from suite.meters.base import write_sections
 from suite.meters.clock import StepClock
-from suite.meters.memory import allocator_settings
+from suite.meters.process import allocator_settings
 from suite.records import RecordError, read_record, write_record
 from suite.run import checkpoint as ckpt
 from suite.run import faults, reserve

@@ -50,12 +50,13 @@ def run(cfg: RunConfig, over_limits: bool = False, resuming: bool = False) -> in
         return 0
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
-    from suite.run.checkpoint import run_folder
     from suite.run.lock import one_writer
 
     try:
         with contextlib.ExitStack() as held:
             if resuming:  # one writer of the record's folder and of the checkpoints it continues (suite/run/lock.py)
+                from suite.run.checkpoint import run_folder
+
                 held.enter_context(one_writer(cfg.results, "run --resume"))
                 held.enter_context(one_writer(run_folder(cfg), "run --resume of these checkpoints"))
             path = launch(cfg)

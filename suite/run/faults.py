@@ -23,7 +23,6 @@ import traceback
 import torch.distributed as dist
 
 from suite.config import RunConfig
-from suite.run import checkpoint as ckpt
 from suite.run.recorder import repository_path
 
 LAUNCHER_PID = "SUITE_LAUNCHER_PID"  # set by suite.run.launch for its workers: the process they must not outlive
@@ -89,9 +88,17 @@ def attempt_store(timeout: dt.timedelta) -> dict:
     }
 
 
+def _checkpoints():
+    """suite.run.checkpoint, imported on first use: it brings DCP and DTensor, 1 s of every launcher's start,
+    which imports this module for LAUNCHER_PID alone."""
+    from suite.run import checkpoint
+
+    return checkpoint
+
+
 def _note_fault(cfg: RunConfig, event: dict) -> None:
     """Append one injected fault; written before the fault so that a killed worker leaves its time behind."""
-    path = ckpt.run_folder(cfg) / "faults.jsonl"
+    path = _checkpoints().run_folder(cfg) / "faults.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as f:
         f.write(json.dumps(event) + "\n")
@@ -99,7 +106,7 @@ def _note_fault(cfg: RunConfig, event: dict) -> None:
 
 
 def _injected(cfg: RunConfig) -> list[dict]:
-    path = ckpt.run_folder(cfg) / "faults.jsonl"
+    path = _checkpoints().run_folder(cfg) / "faults.jsonl"
     if not path.is_file():
         return []
     out = []
@@ -116,7 +123,7 @@ def section(cfg: RunConfig) -> dict:
     injected = {"kill_rank": cfg.kill_rank, "hang_rank": cfg.hang_rank, "at_step": cfg.fault_step}
     return {
         "checkpoint_every": cfg.checkpoint_every,
-        "checkpoints": repository_path(ckpt.run_folder(cfg)),
+        "checkpoints": repository_path(_checkpoints().run_folder(cfg)),
         "max_restarts": cfg.max_restarts,
         "collective_timeout_s": cfg.collective_timeout_s,
         "injected": injected if cfg.fault_step is not None else None,
@@ -175,6 +182,7 @@ def failure_text(err: BaseException, cfg: RunConfig) -> str:
             f"a collective waited longer than collective_timeout_s={cfg.collective_timeout_s:g} s: a worker stopped "
             f"answering (or raise --collective-timeout); {text}"
         )
-    if ckpt.newest_intact(ckpt.run_folder(cfg))[0] is not None:  # never advice to load a damaged one again
+    checkpoints = _checkpoints()
+    if checkpoints.newest_intact(checkpoints.run_folder(cfg))[0] is not None:  # never advice to load a damaged one
         text += f"; resume it with python -m suite run --resume {cfg.record_path()}"
     return text

@@ -21,7 +21,6 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 from suite.config import RunConfig
 from suite.records import FINISHED, RecordError, read_record
 from suite.run import reserve
-from suite.run.checkpoint import newest_intact, run_folder
 from suite.run.faults import LAUNCHER_PID
 from suite.run.limits import oom_kills
 from suite.run.recorder import failed_record, new_run_id
@@ -112,6 +111,9 @@ def _mark_failed(cfg: RunConfig, error: str) -> None:
     """The launcher's account of a failed run: which worker failed first, then what rank 0 saw (it writes the
     record when it can, but a worker waiting on a dead peer only sees the connection drop). The record says
     `incomplete` when a checkpoint can resume the run, `failed` otherwise."""
+    # imported here: checkpoints bring DCP and DTensor, 1 s of every launch that ends well
+    from suite.run.checkpoint import newest_intact, run_folder
+
     resumable = newest_intact(run_folder(cfg))[0] is not None
 
     def account(seen: str | None) -> str:

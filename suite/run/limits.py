@@ -17,7 +17,6 @@ from functools import cache
 from pathlib import Path
 
 from suite.config import RunConfig, check_settings
-from suite.run.checkpoint import latest, run_folder
 from suite.run.reserve import RECORD_BYTES
 
 WORKERS_PER_CORE = 4  # gloo workers per core before the run is mostly waiting (tests run 4 on 2 cores)
@@ -47,6 +46,8 @@ def check_paths(cfg: RunConfig) -> None:
             raise ValueError(f"--checkpoint {str(path)!r} exists and is not a model checkpoint; give a new path")
         _check_writable(path.parent, "--checkpoint's folder")
     if cfg.checkpoint_every or cfg.max_restarts:
+        from suite.run.checkpoint import latest, run_folder  # here: DCP and DTensor cost runs without checkpoints 1 s
+
         _check_writable(Path(cfg.checkpoint_dir), "checkpoint_dir")
         # the newest checkpoint and the one being written; resuming, the newest is already on the disk
         held = cfg.run_id is not None and latest(run_folder(cfg)) is not None

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from suite.atomic import DiskFull
 from suite.config import RunConfig
+from suite.exit import leave
 from suite.run.checkpoint import CheckpointError
 from suite.run.faults import die_with_launcher
 from suite.run.train import train
@@ -17,3 +18,4 @@ if __name__ == "__main__":
     except (CheckpointError, DiskFull) as err:  # recorded already; one line says it, not a traceback per worker
         print(f"worker {os.environ.get('RANK', 0)}: {err}", file=sys.stderr)
         sys.exit(1)
+    leave(0)
