@@ -15,6 +15,8 @@ from reproductions.matrix_optimizers.plan import (
     ARMS,
     AT_EDGE,
     BYTES_WORLD,
+    EXTENDED,
+    FIRST_GRIDS,
     MATRIX_TUNED,
     MODEL,
     QUALITY_ARMS,
@@ -59,7 +61,7 @@ def test_the_bytes_runs_and_the_timed_runs_are_told_apart_by_their_world_size():
 
 
 def test_a_preset_the_plan_does_not_have_is_refused_naming_the_ones_it_has():
-    with pytest.raises(ValueError, match="presets smoke, tune-adamw, tune-matrix, not 'gpu'"):
+    with pytest.raises(ValueError, match="presets smoke, tune-adamw, tune-matrix, tune-extend, not 'gpu'"):
         plan("gpu")
 
 
@@ -83,7 +85,7 @@ def test_stage_two_gives_every_matrix_optimizer_six_trials_on_its_grid_with_the_
     for arm in QUALITY_ARMS[1:]:
         optimizer, variant = ARMS[arm]
         mine = [c for c in runs if c.optimizer == optimizer]
-        assert [c.lr for c in mine] == list(TUNE_GRIDS[arm]) and len(TUNE_GRIDS[arm]) == len(ADAMW_GRID)
+        assert [c.lr for c in mine] == list(FIRST_GRIDS[arm]) and len(FIRST_GRIDS[arm]) == len(ADAMW_GRID)
         assert all(c.variant == {**variant, "scalar_lr": ADAMW_TUNED} and c.reproduction == TUNE_SWEEP for c in mine)
 
 
@@ -96,10 +98,22 @@ def test_stage_two_winners_are_the_declared_rates_inside_their_grids_and_the_edg
         losses.setdefault(rec["optimizer"]["name"], {})[rec["settings"]["lr"]] = final
     winners = {name: min(trials, key=trials.get) for name, trials in losses.items()}
     assert {name: sorted(trials) for name, trials in losses.items()} == {
-        a: list(TUNE_GRIDS[a]) for a in QUALITY_ARMS[1:]
+        a: list(FIRST_GRIDS[a]) for a in QUALITY_ARMS[1:]
     }
     assert {a: winners[a] for a in MATRIX_TUNED} == MATRIX_TUNED
-    assert all(TUNE_GRIDS[a][0] < lr < TUNE_GRIDS[a][-1] for a, lr in MATRIX_TUNED.items())
-    assert {a for a, lr in winners.items() if lr == TUNE_GRIDS[a][0]} == set(AT_EDGE)
+    assert all(FIRST_GRIDS[a][0] < lr < FIRST_GRIDS[a][-1] for a, lr in MATRIX_TUNED.items())
+    assert {a for a, lr in winners.items() if lr == FIRST_GRIDS[a][0]} == set(AT_EDGE)
     with pytest.raises(ValueError, match="extend the grid below 0.0125"):
         sweep_winners(ROOT / "results" / "matrix-optimizers-tune-matrix", TUNE_SWEEP)
+
+
+def test_round_two_gives_every_arm_two_more_rates_so_that_all_have_eight_trials():
+    """Dion2's and Dion3's edge extends the matrix grid below it; every other arm gets two more rates too (equal
+    trials), each its own grid's factor-2 neighbours, all on seed 0 apart from the evidence."""
+    runs = plan("tune-extend").runs
+    for arm in QUALITY_ARMS:
+        optimizer, _ = ARMS[arm]
+        assert [c.lr for c in runs if c.optimizer == optimizer] == list(EXTENDED[arm])
+        grid = TUNE_GRIDS[arm]
+        assert len(grid) == 8 and all(b / a == pytest.approx(2) for a, b in zip(grid, grid[1:]))
+    assert {(c.seed, c.reproduction) for c in runs} == {(0, TUNE_SWEEP)}

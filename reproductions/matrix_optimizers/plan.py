@@ -21,7 +21,11 @@ Its winner (ADAMW_TUNED) becomes the rate of the AdamW part of every matrix opti
 of a card trains its embeddings, head and norms at one rate.
 Tune-matrix (stage two): Muon, NorMuon, Dion2 (fraction 1/4), Dion3 and SOAP likewise, each at every rate of its
 grid (TUNE_GRIDS: Dion's matrix grid for the orthogonalizing four, AdamW's for SOAP, whose update is Adam's in a
-rotated basis), six trials each as AdamW had, rate by rate. The quality presets and their cards come after both.
+rotated basis), six trials each as AdamW had, rate by rate.
+Tune-extend (round two of both stages): Dion2 and Dion3 were best at their grid's lowest rate, so the matrix grid
+extends by two factor-2 rates below it (EXTENSION) and, for equal trials, every other arm's grid by two too: Muon's
+and NorMuon's as Dion2's, AdamW's and SOAP's one rate on each side. Every arm then has eight trials (TUNE_GRIDS), its
+winner inside them. The quality presets and their cards come after.
 """
 
 from __future__ import annotations
@@ -64,13 +68,17 @@ TUNE_SWEEP = "matrix-optimizers-lr-sweep"
 ADAMW_GRID = (5e-4, 1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2)  # factor-2 steps, Dion's tune grid for AdamW
 MATRIX_GRID = (0.0125, 0.025, 0.05, 0.1, 0.2, 0.4)  # Dion's tune grid for Muon and Dion
 QUALITY_ARMS = ("adamw", "muon", "normuon", "dion2", "dion3", "soap")
-TUNE_GRIDS = {arm: ADAMW_GRID if arm in ("adamw", "soap") else MATRIX_GRID for arm in QUALITY_ARMS}
+ADAMW_FAMILY = ("adamw", "soap")
+EXTENSION = {"adamw": (2.5e-4, 3.2e-2), "matrix": (0.003125, 0.00625)}  # round two's rates (tune-extend)
+FIRST_GRIDS = {arm: ADAMW_GRID if arm in ADAMW_FAMILY else MATRIX_GRID for arm in QUALITY_ARMS}
+EXTENDED = {arm: EXTENSION["adamw" if arm in ADAMW_FAMILY else "matrix"] for arm in QUALITY_ARMS}
+TUNE_GRIDS = {arm: tuple(sorted(FIRST_GRIDS[arm] + EXTENDED[arm])) for arm in QUALITY_ARMS}
 ADAMW_TUNED = 4e-3  # stage one's winner (results/matrix-optimizers-tune-adamw; a test checks it)
 # stage two's winners inside their grids (results/matrix-optimizers-tune-matrix; a test checks them); Dion2's and
 # Dion3's are at their grid's lowest rate, 0.0125, so their grid extends below it before they have a rate
 MATRIX_TUNED = {"muon": 0.05, "normuon": 0.05, "soap": 0.008}
 AT_EDGE = ("dion2", "dion3")
-PRESETS = ("smoke", "tune-adamw", "tune-matrix")
+PRESETS = ("smoke", "tune-adamw", "tune-matrix", "tune-extend")
 
 
 def _tokens(steps: int, nproc: int, common: dict) -> int:
@@ -119,12 +127,12 @@ def quality_run(arm: str, lr: float, seed: int, scalar_lr: float) -> RunConfig:
     )
 
 
-def tune_runs(arms: tuple[str, ...]) -> list[RunConfig]:
-    """Seed 0 of each arm at every rate of its TUNE_GRIDS grid, rate by rate (a tune stopped midway leaves every arm
+def tune_runs(arms: tuple[str, ...], grids: dict[str, tuple[float, ...]]) -> list[RunConfig]:
+    """Seed 0 of each arm at every rate of its grid in `grids`, rate by rate (a tune stopped midway leaves every arm
     with nearly as many trials), the matrix optimizers' AdamW part at ADAMW_TUNED."""
     return [
-        replace(quality_run(arm, TUNE_GRIDS[arm][i], 0, ADAMW_TUNED), reproduction=TUNE_SWEEP)
-        for i in range(len(ADAMW_GRID))
+        replace(quality_run(arm, grids[arm][i], 0, ADAMW_TUNED), reproduction=TUNE_SWEEP)
+        for i in range(len(grids[arms[0]]))
         for arm in arms
     ]
 
@@ -133,8 +141,9 @@ def plan(preset: str) -> Plan:
     if preset == "smoke":
         runs, protocol = smoke_runs(), "every arm at a fixed rate per optimizer (time and bytes only)"
         notes = ["CPU timings at width 64: the papers' GPU step times and 300M-1.2B quality claims are not tested here"]
-    elif preset in ("tune-adamw", "tune-matrix"):
-        runs = tune_runs(QUALITY_ARMS[:1] if preset == "tune-adamw" else QUALITY_ARMS[1:])
+    elif preset.startswith("tune-") and preset in PRESETS:
+        arms = {"tune-adamw": QUALITY_ARMS[:1], "tune-matrix": QUALITY_ARMS[1:]}.get(preset, QUALITY_ARMS)
+        runs = tune_runs(arms, EXTENDED if preset == "tune-extend" else FIRST_GRIDS)
         protocol, notes = "a learning-rate sweep on seed 0, filed apart from the evidence", []
     else:
         raise ValueError(f"the matrix-optimizers plan has the presets {', '.join(PRESETS)}, not {preset!r}")
