@@ -20,10 +20,12 @@ from reproductions.matrix_optimizers.plan import (
     MATRIX_TUNED,
     MODEL,
     QUALITY_ARMS,
+    QUALITY_SEEDS,
     QUALITY_STEPS,
     TIME_WORLD,
     TUNE_GRIDS,
     TUNE_SWEEP,
+    TUNED,
     plan,
 )
 from suite.judge.claims import claims_for
@@ -61,7 +63,7 @@ def test_the_bytes_runs_and_the_timed_runs_are_told_apart_by_their_world_size():
 
 
 def test_a_preset_the_plan_does_not_have_is_refused_naming_the_ones_it_has():
-    with pytest.raises(ValueError, match="presets smoke, tune-adamw, tune-matrix, tune-extend, not 'gpu'"):
+    with pytest.raises(ValueError, match="presets smoke, tune-adamw, tune-matrix, tune-extend, quality, not 'gpu'"):
         plan("gpu")
 
 
@@ -117,3 +119,22 @@ def test_round_two_gives_every_arm_two_more_rates_so_that_all_have_eight_trials(
         grid = TUNE_GRIDS[arm]
         assert len(grid) == 8 and all(b / a == pytest.approx(2) for a, b in zip(grid, grid[1:]))
     assert {(c.seed, c.reproduction) for c in runs} == {(0, TUNE_SWEEP)}
+
+
+def test_every_arms_tuned_rate_is_its_winner_over_eight_trials_in_the_three_tune_folders():
+    """suite.judge.sweeps' rule (equal trials, no winner at an edge) over both rounds picks TUNED for every arm."""
+    folders = [ROOT / "results" / f"matrix-optimizers-tune-{name}" for name in ("adamw", "matrix", "extend")]
+    winners = sweep_winners(folders, TUNE_SWEEP)
+    assert len(winners) == len(QUALITY_ARMS)
+    by_optimizer = {w.label.split()[1]: w for w in winners.values()}  # labels read "ddp OPTIMIZER ..."
+    assert {a: (by_optimizer[ARMS[a][0]].lr, by_optimizer[ARMS[a][0]].grid) for a in QUALITY_ARMS} == {
+        a: (TUNED[a], TUNE_GRIDS[a]) for a in QUALITY_ARMS
+    }
+
+
+def test_the_quality_preset_runs_every_arm_at_its_tuned_rate_on_seeds_other_than_the_tunes():
+    runs = plan("quality").runs
+    assert [(c.optimizer, c.lr, c.seed) for c in runs] == [
+        (ARMS[a][0], TUNED[a], seed) for seed in QUALITY_SEEDS for a in QUALITY_ARMS
+    ]
+    assert 0 not in QUALITY_SEEDS and {c.reproduction for c in runs} != {TUNE_SWEEP}

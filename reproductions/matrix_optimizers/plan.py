@@ -25,7 +25,9 @@ rotated basis), six trials each as AdamW had, rate by rate.
 Tune-extend (round two of both stages): Dion2 and Dion3 were best at their grid's lowest rate, so the matrix grid
 extends by two factor-2 rates below it (EXTENSION) and, for equal trials, every other arm's grid by two too: Muon's
 and NorMuon's as Dion2's, AdamW's and SOAP's one rate on each side. Every arm then has eight trials (TUNE_GRIDS), its
-winner inside them. The quality presets and their cards come after.
+winner inside them (TUNED, checked against the three folders by suite.judge.sweeps' rule in a test).
+Quality: every arm of the tune at its TUNED rate on seeds QUALITY_SEEDS (the tune's seed 0 left out, AlgoPerf's rule),
+seed by seed, the cards' evidence: final validation loss and tokens to the baseline's final loss.
 """
 
 from __future__ import annotations
@@ -75,10 +77,14 @@ EXTENDED = {arm: EXTENSION["adamw" if arm in ADAMW_FAMILY else "matrix"] for arm
 TUNE_GRIDS = {arm: tuple(sorted(FIRST_GRIDS[arm] + EXTENDED[arm])) for arm in QUALITY_ARMS}
 ADAMW_TUNED = 4e-3  # stage one's winner (results/matrix-optimizers-tune-adamw; a test checks it)
 # stage two's winners inside their grids (results/matrix-optimizers-tune-matrix; a test checks them); Dion2's and
-# Dion3's are at their grid's lowest rate, 0.0125, so their grid extends below it before they have a rate
+# Dion3's are at their grid's lowest rate, 0.0125, so their grid extends below it (tune-extend)
 MATRIX_TUNED = {"muon": 0.05, "normuon": 0.05, "soap": 0.008}
 AT_EDGE = ("dion2", "dion3")
-PRESETS = ("smoke", "tune-adamw", "tune-matrix", "tune-extend")
+# every arm's winner over its eight trials (the three tune folders; a test checks it): round two moved none of round
+# one's, and put Dion2's and Dion3's 0.0125 inside their grid
+TUNED = {"adamw": ADAMW_TUNED, **MATRIX_TUNED, "dion2": 0.0125, "dion3": 0.0125}
+QUALITY_SEEDS = (1, 2, 3)
+PRESETS = ("smoke", "tune-adamw", "tune-matrix", "tune-extend", "quality")
 
 
 def _tokens(steps: int, nproc: int, common: dict) -> int:
@@ -137,6 +143,11 @@ def tune_runs(arms: tuple[str, ...], grids: dict[str, tuple[float, ...]]) -> lis
     ]
 
 
+def quality_runs() -> list[RunConfig]:
+    """Every arm at its TUNED rate on each of QUALITY_SEEDS, seed by seed (every arm once, then again)."""
+    return [quality_run(arm, TUNED[arm], seed, ADAMW_TUNED) for seed in QUALITY_SEEDS for arm in QUALITY_ARMS]
+
+
 def plan(preset: str) -> Plan:
     if preset == "smoke":
         runs, protocol = smoke_runs(), "every arm at a fixed rate per optimizer (time and bytes only)"
@@ -145,6 +156,9 @@ def plan(preset: str) -> Plan:
         arms = {"tune-adamw": QUALITY_ARMS[:1], "tune-matrix": QUALITY_ARMS[1:]}.get(preset, QUALITY_ARMS)
         runs = tune_runs(arms, EXTENDED if preset == "tune-extend" else FIRST_GRIDS)
         protocol, notes = "a learning-rate sweep on seed 0, filed apart from the evidence", []
+    elif preset == "quality":
+        runs, protocol = quality_runs(), "every arm at its tuned rate (eight trials each, seed 0), seeds 1-3"
+        notes = ["llama-tiny-w64 (0.22M parameters) on one CPU process: the papers' 300M-3B claims are not tested here"]
     else:
         raise ValueError(f"the matrix-optimizers plan has the presets {', '.join(PRESETS)}, not {preset!r}")
     return Plan(
