@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import traceback
+from types import ModuleType
 
 import torch.distributed as dist
 
@@ -88,7 +89,7 @@ def attempt_store(timeout: dt.timedelta) -> dict:
     }
 
 
-def _checkpoints():
+def _checkpoints() -> ModuleType:
     """suite.run.checkpoint, imported on first use: it brings DCP and DTensor, 1 s of every launcher's start,
     which imports this module for LAUNCHER_PID alone."""
     from suite.run import checkpoint
