@@ -84,7 +84,13 @@ AT_EDGE = ("dion2", "dion3")
 # one's, and put Dion2's and Dion3's 0.0125 inside their grid
 TUNED = {"adamw": ADAMW_TUNED, **MATRIX_TUNED, "dion2": 0.0125, "dion3": 0.0125}
 QUALITY_SEEDS = (1, 2, 3)
-PRESETS = ("smoke", "tune-adamw", "tune-matrix", "tune-extend", "quality")
+# each tune preset's arms and their grids: stage one, stage two, then round two of both
+TUNE_PRESETS = {
+    "tune-adamw": (QUALITY_ARMS[:1], FIRST_GRIDS),
+    "tune-matrix": (QUALITY_ARMS[1:], FIRST_GRIDS),
+    "tune-extend": (QUALITY_ARMS, EXTENDED),
+}
+PRESETS = ("smoke", *TUNE_PRESETS, "quality")
 
 
 def _tokens(steps: int, nproc: int, common: dict) -> int:
@@ -152,9 +158,8 @@ def plan(preset: str) -> Plan:
     if preset == "smoke":
         runs, protocol = smoke_runs(), "every arm at a fixed rate per optimizer (time and bytes only)"
         notes = ["CPU timings at width 64: the papers' GPU step times and 300M-1.2B quality claims are not tested here"]
-    elif preset.startswith("tune-") and preset in PRESETS:
-        arms = {"tune-adamw": QUALITY_ARMS[:1], "tune-matrix": QUALITY_ARMS[1:]}.get(preset, QUALITY_ARMS)
-        runs = tune_runs(arms, EXTENDED if preset == "tune-extend" else FIRST_GRIDS)
+    elif preset in TUNE_PRESETS:
+        runs = tune_runs(*TUNE_PRESETS[preset])
         protocol, notes = "a learning-rate sweep on seed 0, filed apart from the evidence", []
     elif preset == "quality":
         runs, protocol = quality_runs(), "every arm at its tuned rate (eight trials each, seed 0), seeds 1-3"
