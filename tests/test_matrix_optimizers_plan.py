@@ -3,6 +3,7 @@ its smoke preset runs, and the refusal of a preset it does not have."""
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from pathlib import Path
 
@@ -34,6 +35,16 @@ from suite.models import build_model
 from suite.records import load_records
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _final_losses(*tunes: str) -> dict[str, dict[float, float]]:
+    """Each optimizer's final validation loss by learning rate in results/matrix-optimizers-tune-TUNE folders."""
+    losses: dict[str, dict[float, float]] = {}
+    for tune in tunes:
+        for rec in load_records(ROOT / "results" / f"matrix-optimizers-tune-{tune}")[0]:
+            final = [p["val_loss"] for p in rec["curve"] if p["val_loss"] is not None][-1]
+            losses.setdefault(rec["optimizer"]["name"], {})[rec["settings"]["lr"]] = final
+    return losses
 
 
 def card(claim_id: str):
@@ -94,10 +105,7 @@ def test_stage_two_gives_every_matrix_optimizer_six_trials_on_its_grid_with_the_
 def test_stage_two_winners_are_the_declared_rates_inside_their_grids_and_the_edge_ones_are_named():
     """Each optimizer's lowest final validation loss in results/matrix-optimizers-tune-matrix: MATRIX_TUNED's rates,
     none at an end of its grid; Dion2's and Dion3's at the lowest rate (AT_EDGE), which suite.judge.sweeps refuses."""
-    losses: dict[str, dict[float, float]] = {}
-    for rec in load_records(ROOT / "results" / "matrix-optimizers-tune-matrix")[0]:
-        final = [p["val_loss"] for p in rec["curve"] if p["val_loss"] is not None][-1]
-        losses.setdefault(rec["optimizer"]["name"], {})[rec["settings"]["lr"]] = final
+    losses = _final_losses("matrix")
     winners = {name: min(trials, key=trials.get) for name, trials in losses.items()}
     assert {name: sorted(trials) for name, trials in losses.items()} == {
         a: list(FIRST_GRIDS[a]) for a in QUALITY_ARMS[1:]
@@ -138,3 +146,11 @@ def test_the_quality_preset_runs_every_arm_at_its_tuned_rate_on_seeds_other_than
         (ARMS[a][0], TUNED[a], seed) for seed in QUALITY_SEEDS for a in QUALITY_ARMS
     ]
     assert 0 not in QUALITY_SEEDS and {c.reproduction for c in runs} != {TUNE_SWEEP}
+
+
+def test_the_equivalence_margin_is_the_tunes_median_gap_between_best_and_second_best_rate():
+    """matrix-dion2-quality-as-muon's margin, the tuning's resolution, read again from the three tune folders."""
+    losses = _final_losses("adamw", "matrix", "extend")
+    gaps = [sorted(trials.values())[1] - sorted(trials.values())[0] for trials in losses.values()]
+    assert len(gaps) == len(QUALITY_ARMS)
+    assert card("matrix-dion2-quality-as-muon").margin.value == pytest.approx(statistics.median(gaps), abs=5e-4)
