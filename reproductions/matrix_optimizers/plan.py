@@ -28,6 +28,14 @@ and NorMuon's as Dion2's, AdamW's and SOAP's one rate on each side. Every arm th
 winner inside them (TUNED, checked against the three folders by suite.judge.sweeps' rule in a test).
 Quality: every arm of the tune at its TUNED rate on seeds QUALITY_SEEDS (the tune's seed 0 left out, AlgoPerf's rule),
 seed by seed, the cards' evidence: final validation loss and tokens to the baseline's final loss.
+
+The trend along width (the quality cards' second point, TREND_MODEL): the tune and the quality preset again at width
+128, since rates tuned at one width need not be best at another (AdamW's under the standard parametrization moves
+with width). Trend-tune-adamw and trend-tune-matrix are the tune's two stages with three factor-2 rates per arm
+centred on its width-64 winner (TREND_GRIDS: equal trials, the winner inside them, or the grid extends), the AdamW
+part of stage two at stage one's winner there; trend is the quality preset at width 128 and those winners. About
+0.7 s a step for Muon and 1.1 s for NorMuon at width 128 on this CPU (the bf16 orthogonalization), so each of the
+three runs about 40 minutes on 2 quiet cores and the tune cannot be the eight rates of width 64.
 """
 
 from __future__ import annotations
@@ -90,7 +98,12 @@ TUNE_PRESETS = {
     "tune-matrix": (QUALITY_ARMS[1:], FIRST_GRIDS),
     "tune-extend": (QUALITY_ARMS, EXTENDED),
 }
-PRESETS = ("smoke", *TUNE_PRESETS, "quality")
+# The trend along width: width 128, three rates per arm centred on its width-64 winner, the tune's two stages there
+TREND_MODEL = "llama-tiny-w128"
+TREND_GRIDS = {arm: (TUNED[arm] / 2, TUNED[arm], TUNED[arm] * 2) for arm in QUALITY_ARMS}
+# each trend tune preset's arms and the AdamW part of its matrix optimizers
+TREND_TUNE_PRESETS = {"trend-tune-adamw": (QUALITY_ARMS[:1], ADAMW_TUNED)}
+PRESETS = ("smoke", *TUNE_PRESETS, "quality", *TREND_TUNE_PRESETS)
 
 
 def _tokens(steps: int, nproc: int, common: dict) -> int:
@@ -124,9 +137,9 @@ def smoke_runs() -> list[RunConfig]:
     return runs + [cost_run("ddp", TIME_WORLD, arm, seed, TIME_STEPS) for seed in TIME_SEEDS for arm in TIME_ARMS]
 
 
-def quality_run(arm: str, lr: float, seed: int, scalar_lr: float) -> RunConfig:
-    """Arm `arm` of ARMS on QUALITY for QUALITY_STEPS steps under QUALITY_SCHEDULE at `lr`, its AdamW part (a matrix
-    optimizer's) at `scalar_lr`."""
+def quality_run(arm: str, lr: float, seed: int, scalar_lr: float, model: str = MODEL) -> RunConfig:
+    """Arm `arm` of ARMS on QUALITY at `model` for QUALITY_STEPS steps under QUALITY_SCHEDULE at `lr`, its AdamW part
+    (a matrix optimizer's) at `scalar_lr`."""
     optimizer, variant = _arm(arm, scalar_lr)
     return RunConfig(
         optimizer=optimizer,
@@ -134,16 +147,18 @@ def quality_run(arm: str, lr: float, seed: int, scalar_lr: float) -> RunConfig:
         seed=seed,
         variant=variant,
         tokens=_tokens(QUALITY_STEPS, QUALITY["nproc"], QUALITY),
-        **QUALITY,
+        **{**QUALITY, "model": model},
         **QUALITY_SCHEDULE.settings(QUALITY_STEPS),
     )
 
 
-def tune_runs(arms: tuple[str, ...], grids: dict[str, tuple[float, ...]]) -> list[RunConfig]:
-    """Seed 0 of each arm at every rate of its grid in `grids`, rate by rate (a tune stopped midway leaves every arm
-    with nearly as many trials), the matrix optimizers' AdamW part at ADAMW_TUNED."""
+def tune_runs(
+    arms: tuple[str, ...], grids: dict[str, tuple[float, ...]], scalar_lr: float = ADAMW_TUNED, model: str = MODEL
+) -> list[RunConfig]:
+    """Seed 0 of each arm at `model` at every rate of its grid in `grids`, rate by rate (a tune stopped midway leaves
+    every arm with nearly as many trials), the matrix optimizers' AdamW part at `scalar_lr`."""
     return [
-        replace(quality_run(arm, grids[arm][i], 0, ADAMW_TUNED), reproduction=TUNE_SWEEP)
+        replace(quality_run(arm, grids[arm][i], 0, scalar_lr, model), reproduction=TUNE_SWEEP)
         for i in range(len(grids[arms[0]]))
         for arm in arms
     ]
@@ -161,6 +176,10 @@ def plan(preset: str) -> Plan:
     elif preset in TUNE_PRESETS:
         runs = tune_runs(*TUNE_PRESETS[preset])
         protocol, notes = "a learning-rate sweep on seed 0, filed apart from the evidence", []
+    elif preset in TREND_TUNE_PRESETS:
+        arms, scalar_lr = TREND_TUNE_PRESETS[preset]
+        runs = tune_runs(arms, TREND_GRIDS, scalar_lr, TREND_MODEL)
+        protocol, notes = f"a learning-rate sweep on seed 0 at {TREND_MODEL}, filed apart from the evidence", []
     elif preset == "quality":
         runs, protocol = quality_runs(), "every arm at its tuned rate (eight trials each, seed 0), seeds 1-3"
         notes = ["llama-tiny-w64 (0.22M parameters) on one CPU process: the papers' 300M-3B claims are not tested here"]
