@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import pytest
 from hypothesis import given, settings
@@ -184,3 +184,23 @@ def test_a_trend_is_drawn_with_its_points_line_paper_setting_and_projection_labe
     inside = {**found, **asdict(trend(_points(lambda x: 0.05 * math.log2(x)), "lower", 32))}
     assert "extrapolated" not in figures.trend(inside, "nats").svg  # the paper's setting lies among the points
     assert figures.trend({**found, "word": None}, "nats") is None
+
+
+def test_a_to_target_card_reads_each_points_tokens_to_that_points_baseline_loss():
+    """The field of a to-target card is no record's: each point's seeds read their tokens to the target the
+    baseline sets at that point (suite.judge.targets.seed_costs), and the method, 0.3 nats ahead at every point,
+    gets there first at each."""
+    from suite.judge.verdicts import claim_frame, evaluate
+
+    records = [
+        make_record(m, s, world_size=w, steps=16, quality=-0.3 if m == "fl-fsdp" else 0.0, baseline=m == "fsdp")
+        for w in (2, 4)
+        for m in ("fl-fsdp", "fsdp")
+        for s in range(3)
+    ]
+    card = _card({"axis": "world_size", "paper": 128, "source": "the paper's groups", "command": "python -m suite x"})
+    metric = {**card.metric, "name": "to-target", "field": "tokens_to_target", "arm": {"world_size": 4}}
+    card = replace(card, metric=metric, protocol=None, baseline_protocol=None)
+    found = evaluate(card, claim_frame(records)).trend
+    assert [e["x"] for e in found["effects"]] == [2, 4]
+    assert all(e["low"] > 0 for e in found["effects"]), found

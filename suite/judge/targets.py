@@ -113,6 +113,17 @@ def _costs(rows: pd.DataFrame, goal: pd.Series, field: str) -> tuple[pd.Series, 
     return series, {**{k: v for k, v in misses.items() if k not in values}, **firsts}
 
 
+def seed_costs(mine: pd.DataFrame, theirs: pd.DataFrame, field: str) -> tuple[list[float], list[float]]:
+    """Each side's cost to the baseline's target (`field` of FIELDS) by seed, settings averaged, over the seeds that
+    reach it: one point of a to-target card's trend (suite/judge/trends.py), where the target is the baseline's at
+    that point."""
+    goal = targets(theirs)
+    method, baseline = (
+        [float(v) for v in _costs(rows, goal, field)[0].groupby(level="seed").mean()] for rows in (mine, theirs)
+    )
+    return method, baseline
+
+
 def _lower_bounds(rows: pd.DataFrame, goal: pd.Series, baseline: pd.Series) -> pd.Series:
     """Each seed of the method whose complete run ended above the target while the baseline's seed reached it: its
     tokens over the baseline's tokens to the target, a lower bound of the ratio that seed would give."""

@@ -28,6 +28,7 @@ import pandas as pd
 from suite.judge.claims import Claim
 from suite.judge.metrics import one_arm
 from suite.judge.sides import Side, Sides
+from suite.judge.targets import FIELDS, seed_costs
 
 ALPHA = 0.05
 TOWARD, AWAY, FLAT = "moves toward the paper's claim", "moves away from the paper's claim", "flat within noise"
@@ -158,6 +159,14 @@ def _seeds(rows: pd.DataFrame, field: str) -> list[float]:
     return [float(v) for v in values if math.isfinite(v)]
 
 
+def _point(mine: pd.DataFrame, theirs: pd.DataFrame, field: str) -> tuple[list[float], list[float]]:
+    """Each side's values by seed at one point: a record's field, or a to-target field's cost to the baseline's
+    target at that point (each width or world size has its own baseline loss)."""
+    if field in FIELDS:
+        return seed_costs(mine, theirs, field)
+    return _seeds(mine, field), _seeds(theirs, field)
+
+
 def trend_of(claim: Claim, rows: pd.DataFrame) -> dict[str, Any] | None:
     """The trend finding of a card with a `trend` axis (suite.judge.claims.TrendAxis) over complete runs `rows`, each
     side under its own protocol, as plain data for the verdict; None for a card without one. Points
@@ -177,7 +186,7 @@ def trend_of(claim: Claim, rows: pd.DataFrame) -> dict[str, Any] | None:
         a, b = mine[[v == x for v in at_mine]], theirs[[v == x for v in at_theirs]]
         one_arm(a, f"the method's side at {spec.axis} {x:g}")
         one_arm(b, f"the baseline's side at {spec.axis} {x:g}")
-        method, baseline = _seeds(a, field), _seeds(b, field)
+        method, baseline = _point(a, b, field)
         if len(method) >= 2 and len(baseline) >= 2:
             points.append(Point(x, method, baseline))
     out: dict[str, Any] = {"axis": spec.axis, "paper": spec.paper, "source": spec.source, "command": spec.command}
