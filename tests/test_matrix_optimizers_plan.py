@@ -20,10 +20,14 @@ from reproductions.matrix_optimizers.plan import (
     FIRST_GRIDS,
     MATRIX_TUNED,
     MODEL,
+    PRESETS,
     QUALITY_ARMS,
     QUALITY_SEEDS,
     QUALITY_STEPS,
     TIME_WORLD,
+    TREND_ADAMW_TUNED,
+    TREND_GRIDS,
+    TREND_MODEL,
     TUNE_GRIDS,
     TUNE_SWEEP,
     TUNED,
@@ -74,8 +78,9 @@ def test_the_bytes_runs_and_the_timed_runs_are_told_apart_by_their_world_size():
 
 
 def test_a_preset_the_plan_does_not_have_is_refused_naming_the_ones_it_has():
-    with pytest.raises(ValueError, match="presets smoke, tune-adamw, tune-matrix, tune-extend, quality, not 'gpu'"):
+    with pytest.raises(ValueError, match=f"presets {', '.join(PRESETS)}, not 'gpu'"):
         plan("gpu")
+    assert PRESETS[:5] == ("smoke", "tune-adamw", "tune-matrix", "tune-extend", "quality")
 
 
 def test_the_adamw_tune_gives_every_rate_of_its_grid_one_seed_0_run_of_equal_tokens_apart_from_the_evidence():
@@ -154,3 +159,21 @@ def test_the_equivalence_margin_is_the_tunes_median_gap_between_best_and_second_
     gaps = [sorted(trials.values())[1] - sorted(trials.values())[0] for trials in losses.values()]
     assert len(gaps) == len(QUALITY_ARMS)
     assert card("matrix-dion2-quality-as-muon").margin.value == pytest.approx(statistics.median(gaps), abs=5e-4)
+
+
+def test_the_trend_tune_gives_every_arm_three_factor_2_rates_centred_on_its_width_64_winner_at_width_128():
+    runs = plan("trend-tune-adamw").runs + plan("trend-tune-matrix").runs
+    for arm in QUALITY_ARMS:
+        optimizer, variant = ARMS[arm]
+        mine = [c for c in runs if c.optimizer == optimizer]
+        assert [c.lr for c in mine] == list(TREND_GRIDS[arm]) == [TUNED[arm] / 2, TUNED[arm], TUNED[arm] * 2]
+        scalar = {} if optimizer == "adamw" else {"scalar_lr": TREND_ADAMW_TUNED}
+        assert all(c.variant == {**variant, **scalar} for c in mine)
+    assert {(c.model, c.seed, c.reproduction, c.tokens) for c in runs} == {
+        (TREND_MODEL, 0, TUNE_SWEEP, QUALITY_STEPS * 8 * 128)
+    }
+
+
+def test_the_adamw_part_at_width_128_is_stage_ones_winner_there_inside_its_grid():
+    (winner,) = sweep_winners(ROOT / "results" / "matrix-optimizers-trend-tune-adamw", TUNE_SWEEP).values()
+    assert (winner.lr, winner.grid) == (TREND_ADAMW_TUNED, TREND_GRIDS["adamw"])

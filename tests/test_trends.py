@@ -9,11 +9,13 @@ import re
 from dataclasses import asdict, replace
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from suite.errors import ClaimsError
-from suite.judge.claims import Claim, parse_claim
+from suite.extensions import get_reproduction
+from suite.judge.claims import Claim, load_claims, parse_claim
 from suite.judge.trends import AWAY, FLAT, TOWARD, Point, describe, trend
 from suite.report import figures
 from tests.report_fixtures import make_record
@@ -203,4 +205,14 @@ def test_a_to_target_card_reads_each_points_tokens_to_that_points_baseline_loss(
     card = replace(card, metric=metric, protocol=None, baseline_protocol=None)
     found = evaluate(card, claim_frame(records)).trend
     assert [e["x"] for e in found["effects"]] == [2, 4]
-    assert all(e["low"] > 0 for e in found["effects"]), found
+    assert all(e["low"] > 0 for e in found["effects"]) and found["unit"] == "tokens", found
+
+
+def test_a_trend_on_a_card_whose_seeds_give_no_point_is_refused():
+    """A ratio card of bytes pairs records, not seeds' losses: no trend is read from it."""
+    path = get_reproduction("matrix-optimizers").claims
+    entry = next(e for e in yaml.safe_load(path.read_text())["claims"] if e["metric"]["name"] == "ratio")
+    spec = {"axis": "width", "paper": 2048, "source": "s", "command": "c"}
+    with pytest.raises(ClaimsError, match="kind: quality, or metric to-target"):
+        parse_claim({**entry, "trend": spec}, "test")
+    assert any(c.trend and c.metric["name"] == "to-target" for c in load_claims(path))

@@ -101,8 +101,14 @@ TUNE_PRESETS = {
 # The trend along width: width 128, three rates per arm centred on its width-64 winner, the tune's two stages there
 TREND_MODEL = "llama-tiny-w128"
 TREND_GRIDS = {arm: (TUNED[arm] / 2, TUNED[arm], TUNED[arm] * 2) for arm in QUALITY_ARMS}
+TREND_ADAMW_TUNED = (
+    4e-3  # stage one's winner at width 128 (results/matrix-optimizers-trend-tune-adamw; a test checks it)
+)
 # each trend tune preset's arms and the AdamW part of its matrix optimizers
-TREND_TUNE_PRESETS = {"trend-tune-adamw": (QUALITY_ARMS[:1], ADAMW_TUNED)}
+TREND_TUNE_PRESETS = {
+    "trend-tune-adamw": (QUALITY_ARMS[:1], ADAMW_TUNED),
+    "trend-tune-matrix": (QUALITY_ARMS[1:], TREND_ADAMW_TUNED),
+}
 PRESETS = ("smoke", *TUNE_PRESETS, "quality", *TREND_TUNE_PRESETS)
 
 

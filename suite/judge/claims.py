@@ -59,9 +59,10 @@ paper's regime). A property the paper states for any size says so with `any_scal
 records inside every checked entry may say reproduced, exceeded or fell short; the rest give a small-scale finding
 (suite/judge/verdicts.py SMALL_SCALE).
 
-`trend` (quality cards) names the axis the paper's mechanism depends on (TREND_AXES), where the paper sits on it, and
-the plan that measures the card's comparison at points along it: the card's sides with their pin on the axis lifted
-give a point at each value, and suite/judge/trends.py says which way the effect moves toward the paper's setting.
+`trend` (quality and to-target cards) names the axis the paper's mechanism depends on (TREND_AXES), where the paper
+sits on it, and the plan that measures the card's comparison at points along it: the card's sides with their pin on
+the axis lifted give a point at each value, and suite/judge/trends.py says which way the effect moves toward the
+paper's setting.
 """
 
 from __future__ import annotations
@@ -479,16 +480,16 @@ def parse_claim(entry: Any, where: str) -> Claim:
         baseline_protocol=baseline_protocol,
         requires_claims=requires_claims,
         regime=_regime(e, paper_value, what_would_test),
-        trend=_trend(e, kind),
+        trend=_trend(e, kind, metric),
     )
 
 
-def _trend(e: _Entry, kind: str) -> TrendAxis | None:
+def _trend(e: _Entry, kind: str, metric: dict) -> TrendAxis | None:
     spec = e.get("trend", dict, None)
     if spec is None:
         return None
-    if kind != "quality":
-        raise e.error("trend", "a trend is read from a quality comparison's seeds; this card is not kind: quality")
+    if kind != "quality" and metric["name"] != "to-target":
+        raise e.error("trend", "a trend is read from a quality comparison's seeds (kind: quality, or metric to-target)")
     if set(spec) != {"axis", "paper", "source", "command"}:
         raise e.error("trend", f"expected {{axis, paper, source, command}}, found {_short(sorted(spec, key=str))}")
     if spec["axis"] not in TREND_AXES:

@@ -46,6 +46,8 @@ from suite.judge.metrics import Samples, both_sides, metric
 from suite.judge.sides import BY_SETTING, Sides
 
 FIELDS = ("tokens_to_target", "cpu_s_to_target")
+# the unit of each field's value for one seed: a card's unit is that of its ratio, a trend's effect is a difference
+UNITS = {"tokens_to_target": "tokens", "cpu_s_to_target": "CPU seconds"}
 Point = tuple[float, float, float]  # (step, tokens, validation loss) of one evaluation
 
 

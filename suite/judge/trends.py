@@ -28,7 +28,7 @@ import pandas as pd
 from suite.judge.claims import Claim
 from suite.judge.metrics import one_arm
 from suite.judge.sides import Side, Sides
-from suite.judge.targets import FIELDS, seed_costs
+from suite.judge.targets import FIELDS, UNITS, seed_costs
 
 ALPHA = 0.05
 TOWARD, AWAY, FLAT = "moves toward the paper's claim", "moves away from the paper's claim", "flat within noise"
@@ -190,6 +190,7 @@ def trend_of(claim: Claim, rows: pd.DataFrame) -> dict[str, Any] | None:
         if len(method) >= 2 and len(baseline) >= 2:
             points.append(Point(x, method, baseline))
     out: dict[str, Any] = {"axis": spec.axis, "paper": spec.paper, "source": spec.source, "command": spec.command}
+    out["unit"] = UNITS.get(field, claim.unit)  # the effect's: a to-target card's ratio is not a difference
     if len({p.x for p in points}) < 2:
         have = ", ".join(f"{p.x:g}" for p in points) or "none"
         return {**out, "word": None, "reason": f"points with 2 seeds a side at {have}; a trend needs 2 or more"}
