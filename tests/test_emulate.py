@@ -53,9 +53,11 @@ CASES = {
     "fl-hsdp-4": (_run("fl-hsdp", 4, "--set", "G=2", *F2), True),
     "diloco-3": (_run("diloco", 3, *F2), False),
     "local-sgd-4": (_run("local-sgd", 4, *F2), False),
+    # its groups' outer gradients are all-gathered and summed where they arrive, in rank order both ways: bit for bit
+    "streaming-diloco-3": (_run("streaming-diloco", 3, *F2), True),
 }
 EMULABLE = {"ddp", "fsdp", "b-sdp", "bb-sdp", "n-sdp", "b-sdp-fsdp-holders", "b-sdp-fsdp-worker", "fl-fsdp", "fl-hsdp"}
-EMULABLE |= {"diloco", "local-sgd"}
+EMULABLE |= {"diloco", "local-sgd", "streaming-diloco"}
 
 
 @pytest.fixture(scope="module")

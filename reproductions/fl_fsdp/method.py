@@ -105,7 +105,7 @@ class Federated(Strategy):
             apply_activation_checkpointing(model)
         model = self._wrap(model, ctx)
         self.averager = self.make_averager(
-            list(model.parameters()),
+            model,
             self.mesh.get_group("fed"),
             self.dims.K,
             self.variant["outer"],
@@ -115,10 +115,10 @@ class Federated(Strategy):
         )
         return model
 
-    def make_averager(self, *args, **kwargs) -> FederatedAverager:
-        """The aggregation over the `fed` group (FederatedAverager's arguments); a method that aggregates otherwise
-        returns its own kind."""
-        return FederatedAverager(*args, **kwargs)
+    def make_averager(self, model: nn.Module, *args, **kwargs) -> FederatedAverager:
+        """The aggregation of `model`'s parameters over the `fed` group (FederatedAverager's other arguments); a
+        method that aggregates otherwise returns its own kind."""
+        return FederatedAverager(list(model.parameters()), *args, **kwargs)
 
     @property
     def sharded(self) -> bool:

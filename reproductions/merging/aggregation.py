@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+from torch import nn
 from torch._utils import _flatten_dense_tensors
 
 from reproductions.fl_fsdp.averaging import FederatedAverager
@@ -83,9 +84,10 @@ class MergedDiLoCo(DiLoCo):
             self.variant.setdefault("merge_lambda", 1 / self.dims.K)  # the mean
         self.variant.setdefault("merge_lambda", 1.0)
 
-    def make_averager(self, *args, **kwargs) -> FederatedAverager:
+    def make_averager(self, model: nn.Module, *args, **kwargs) -> FederatedAverager:
         v = self.variant
-        return MergingAverager(*args, merge=v["merge"], lam=v["merge_lambda"], density=v.get("density", 1.0), **kwargs)
+        merge = {"merge": v["merge"], "lam": v["merge_lambda"], "density": v.get("density", 1.0)}
+        return MergingAverager(list(model.parameters()), *args, **merge, **kwargs)
 
     def describe(self, ctx) -> dict:
         d = super().describe(ctx)
