@@ -26,6 +26,7 @@ from reproductions.matrix_optimizers.plan import (
     QUALITY_STEPS,
     TIME_WORLD,
     TREND_ADAMW_TUNED,
+    TREND_EXTENSION,
     TREND_GRIDS,
     TREND_MODEL,
     TUNE_GRIDS,
@@ -177,3 +178,12 @@ def test_the_trend_tune_gives_every_arm_three_factor_2_rates_centred_on_its_widt
 def test_the_adamw_part_at_width_128_is_stage_ones_winner_there_inside_its_grid():
     (winner,) = sweep_winners(ROOT / "results" / "matrix-optimizers-trend-tune-adamw", TUNE_SWEEP).values()
     assert (winner.lr, winner.grid) == (TREND_ADAMW_TUNED, TREND_GRIDS["adamw"])
+
+
+def test_round_two_at_width_128_gives_every_arm_one_factor_2_neighbour_outside_its_three_rates():
+    runs = plan("trend-tune-extend").runs
+    assert [(c.optimizer, c.lr) for c in runs] == [(ARMS[a][0], TREND_EXTENSION[a]) for a in QUALITY_ARMS]
+    for arm, lr in TREND_EXTENSION.items():
+        grid = TREND_GRIDS[arm]
+        assert lr in (grid[0] / 2, grid[-1] * 2)
+    assert {(c.model, c.seed, c.reproduction) for c in runs} == {(TREND_MODEL, 0, TUNE_SWEEP)}
