@@ -29,6 +29,7 @@ from reproductions.matrix_optimizers.plan import (
     TREND_EXTENSION,
     TREND_GRIDS,
     TREND_MODEL,
+    TREND_TUNED,
     TUNE_GRIDS,
     TUNE_SWEEP,
     TUNED,
@@ -187,3 +188,20 @@ def test_round_two_at_width_128_gives_every_arm_one_factor_2_neighbour_outside_i
         grid = TREND_GRIDS[arm]
         assert lr in (grid[0] / 2, grid[-1] * 2)
     assert {(c.model, c.seed, c.reproduction) for c in runs} == {(TREND_MODEL, 0, TUNE_SWEEP)}
+
+
+def test_every_arms_rate_at_width_128_is_its_winner_over_four_trials_in_the_three_trend_tune_folders():
+    folders = [ROOT / "results" / f"matrix-optimizers-trend-tune-{name}" for name in ("adamw", "matrix", "extend")]
+    winners = sweep_winners(folders, TUNE_SWEEP)
+    by_optimizer = {w.label.split()[1]: w for w in winners.values()}  # labels read "ddp OPTIMIZER ..."
+    assert {a: by_optimizer[ARMS[a][0]].lr for a in QUALITY_ARMS} == TREND_TUNED
+    assert {len(w.grid) for w in winners.values()} == {4} and len(winners) == len(QUALITY_ARMS)
+
+
+def test_the_trend_preset_runs_every_arm_at_its_width_128_rate_on_the_quality_seeds():
+    runs = plan("trend").runs
+    assert [(c.model, c.optimizer, c.lr, c.seed) for c in runs] == [
+        (TREND_MODEL, ARMS[a][0], TREND_TUNED[a], seed) for seed in QUALITY_SEEDS for a in QUALITY_ARMS
+    ]
+    assert all(c.variant.get("scalar_lr", TREND_ADAMW_TUNED) == TREND_ADAMW_TUNED for c in runs)
+    assert {c.tokens for c in runs} == {c.tokens for c in plan("quality").runs}

@@ -32,10 +32,11 @@ seed by seed, the cards' evidence: final validation loss and tokens to the basel
 The trend along width (the quality cards' second point, TREND_MODEL): the tune and the quality preset again at width
 128, since rates tuned at one width need not be best at another (AdamW's under the standard parametrization moves
 with width). Trend-tune-adamw and trend-tune-matrix are the tune's two stages with three factor-2 rates per arm
-centred on its width-64 winner (TREND_GRIDS: equal trials, the winner inside them, or the grid extends), the AdamW
-part of stage two at stage one's winner there; trend is the quality preset at width 128 and those winners. About
-0.7 s a step for Muon and 1.1 s for NorMuon at width 128 on this CPU (the bf16 orthogonalization), so each of the
-three runs about 40 minutes on 2 quiet cores and the tune cannot be the eight rates of width 64.
+centred on its width-64 winner (TREND_GRIDS), the AdamW part of stage two at stage one's winner there; NorMuon's
+winner sat at its lowest rate, so trend-tune-extend gives every arm a fourth (TREND_EXTENSION: equal trials, every
+winner inside its grid, TREND_TUNED); trend is the quality preset at width 128 and those winners. About 0.7 s a step
+for Muon and 1.1 s for NorMuon at width 128 on this CPU (the bf16 orthogonalization): stage two took 44 minutes on
+2 cores and the trend about an hour, so the tune there cannot be the eight rates of width 64.
 """
 
 from __future__ import annotations
@@ -114,7 +115,16 @@ TREND_TUNE_PRESETS = {
 # may still fall (results/matrix-optimizers-trend-tune-adamw and -trend-tune-matrix: the rates and losses in README)
 TREND_EXTENSION = {"adamw": 1e-3, "muon": 0.0125, "normuon": 0.0125, "dion2": 0.05, "dion3": 0.05, "soap": 0.002}
 TREND_TUNE_PRESETS["trend-tune-extend"] = (QUALITY_ARMS, TREND_ADAMW_TUNED)
-PRESETS = ("smoke", *TUNE_PRESETS, "quality", *TREND_TUNE_PRESETS)
+# every arm's winner over its four trials at width 128 (the three trend tune folders; a test checks it)
+TREND_TUNED = {
+    "adamw": TREND_ADAMW_TUNED,
+    "muon": 0.05,
+    "normuon": 0.025,
+    "dion2": 0.0125,
+    "dion3": 0.0125,
+    "soap": 0.008,
+}
+PRESETS = ("smoke", *TUNE_PRESETS, "quality", *TREND_TUNE_PRESETS, "trend")
 
 
 def _tokens(steps: int, nproc: int, common: dict) -> int:
@@ -175,9 +185,11 @@ def tune_runs(
     ]
 
 
-def quality_runs() -> list[RunConfig]:
-    """Every arm at its TUNED rate on each of QUALITY_SEEDS, seed by seed (every arm once, then again)."""
-    return [quality_run(arm, TUNED[arm], seed, ADAMW_TUNED) for seed in QUALITY_SEEDS for arm in QUALITY_ARMS]
+def quality_runs(model: str = MODEL) -> list[RunConfig]:
+    """Every arm at `model` at its rate tuned there (TUNED at MODEL, TREND_TUNED at TREND_MODEL) on each of
+    QUALITY_SEEDS, seed by seed (every arm once, then again)."""
+    rates, scalar_lr = (TUNED, ADAMW_TUNED) if model == MODEL else (TREND_TUNED, TREND_ADAMW_TUNED)
+    return [quality_run(arm, rates[arm], seed, scalar_lr, model) for seed in QUALITY_SEEDS for arm in QUALITY_ARMS]
 
 
 def plan(preset: str) -> Plan:
@@ -197,7 +209,7 @@ def plan(preset: str) -> Plan:
         notes = ["llama-tiny-w64 (0.22M parameters) on one CPU process: the papers' 300M-3B claims are not tested here"]
     elif preset == "trend":
         runs = quality_runs(TREND_MODEL)
-        protocol = f"every arm at its rate tuned at {TREND_MODEL} (three trials each, seed 0), seeds 1-3"
+        protocol = f"every arm at its rate tuned at {TREND_MODEL} (four trials each, seed 0), seeds 1-3"
         notes = [
             f"{TREND_MODEL} on one CPU process: the quality cards' second point along width, not the papers' scale"
         ]
