@@ -81,6 +81,7 @@ def test_in_any_h_consecutive_steps_every_fragment_sends_once(case):
         ({"outer": "none"}, "keep an outer optimizer"),
         ({"inner": "fsdp"}, "use inner=ddp"),
         ({"average_moments": True}, "drop it for streaming-diloco"),
+        ({"F": 8, "P": 5}, "llama-tiny's 4 blocks leave one empty: P <= 4"),
     ],
 )
 def test_bad_settings_name_the_fix(variant, fix):

@@ -36,7 +36,7 @@ from torch.nn.parallel import DistributedDataParallel
 from reproductions.fl_fsdp.averaging import FederatedAverager
 from reproductions.fl_fsdp.method import DiLoCo
 from reproductions.low_comm import quantize as q
-from suite.models import blocks_of
+from suite.models import blocks_of, model_config
 from suite.params import Param
 from suite.run.strategy import Context
 
@@ -153,6 +153,9 @@ class StreamingDiLoCo(DiLoCo):
             raise ValueError(f"tau must be below F (a fragment's next exchange comes F steps later): tau < {self.F}")
         if v["P"] > self.F:
             raise ValueError(f"P = {v['P']} fragments need F >= P steps for distinct offsets: raise F or lower P")
+        blocks = model_config(cfg.model).get("n_layers")  # a transformer's blocks; other models are checked at build
+        if blocks is not None and v["P"] > blocks:
+            raise ValueError(f"P = {v['P']} fragments of {cfg.model}'s {blocks} blocks leave one empty: P <= {blocks}")
         self.due: dict[int, int] = {}
 
     def make_averager(self, model: nn.Module, *args, **kwargs) -> Fragments:
