@@ -206,6 +206,11 @@ def test_a_to_target_card_reads_each_points_tokens_to_that_points_baseline_loss(
     found = evaluate(card, claim_frame(records)).trend
     assert [e["x"] for e in found["effects"]] == [2, 4]
     assert all(e["low"] > 0 for e in found["effects"]) and found["unit"] == "tokens", found
+    assert "tokens" in describe(found, found["unit"]) and "e+" not in describe(found, found["unit"])
+    behind = [{**r, "curve": [{**p, "val_loss": p["val_loss"] and p["val_loss"] + 1.0} for p in r["curve"]]}
+              for r in records if r["method"] == "fl-fsdp"]  # fmt: skip
+    never = evaluate(card, claim_frame(behind + [r for r in records if r["method"] == "fsdp"])).trend
+    assert never["word"] is None and "at 2: 0 and 3; 4: 0 and 3" in never["reason"]
 
 
 def test_a_trend_on_a_card_whose_seeds_give_no_point_is_refused():

@@ -181,7 +181,7 @@ def trend_of(claim: Claim, rows: pd.DataFrame) -> dict[str, Any] | None:
         mine = mine[mine["protocol"] == claim.protocol]
         theirs = theirs[theirs["protocol"] == (claim.baseline_protocol or claim.protocol)]
     at_mine, at_theirs = ([_axis_value(spec.axis, r) for _, r in side.iterrows()] for side in (mine, theirs))
-    points = []
+    points, short = [], []
     for x in sorted(set(at_mine)):
         a, b = mine[[v == x for v in at_mine]], theirs[[v == x for v in at_theirs]]
         one_arm(a, f"the method's side at {spec.axis} {x:g}")
@@ -189,11 +189,14 @@ def trend_of(claim: Claim, rows: pd.DataFrame) -> dict[str, Any] | None:
         method, baseline = _point(a, b, field)
         if len(method) >= 2 and len(baseline) >= 2:
             points.append(Point(x, method, baseline))
+        else:  # a to-target point's seeds that never reach the target give no value
+            short.append(f"{x:g}: {len(method)} and {len(baseline)}")
     out: dict[str, Any] = {"axis": spec.axis, "paper": spec.paper, "source": spec.source, "command": spec.command}
     out["unit"] = UNITS.get(field, claim.unit)  # the effect's: a to-target card's ratio is not a difference
     if len({p.x for p in points}) < 2:
         have = ", ".join(f"{p.x:g}" for p in points) or "none"
-        return {**out, "word": None, "reason": f"points with 2 seeds a side at {have}; a trend needs 2 or more"}
+        seeds = f" (seeds with a value, the method's and the baseline's, at {'; '.join(short)})" if short else ""
+        return {**out, "word": None, "reason": f"points with 2 seeds a side at {have}{seeds}; a trend needs 2 or more"}
     found = trend(points, claim.better, spec.paper, equivalence=claim.test == "equivalence")
     return {**out, **asdict(found), "reason": ""}
 
@@ -204,13 +207,20 @@ def describe(found: dict[str, Any], unit: str) -> str:
     axis = found["axis"].replace("_", " ")
     if not found.get("word"):
         return f"along {axis}: no finding yet ({found['reason']}); {found['command']} measures the points"
-    points = "; ".join(f"{e['x']:g}: {e['value']:+.3g} [{e['low']:+.3g}, {e['high']:+.3g}]" for e in found["effects"])
+    points = "; ".join(
+        f"{e['x']:g}: {_num(e['value'])} [{_num(e['low'])}, {_num(e['high'])}]" for e in found["effects"]
+    )
     text = (
         f"{found['word']} along {axis} (the method's advantage, {unit}, 95% intervals: {points}; "
-        f"slope {found['slope']:+.3g} a doubling [{found['slope_low']:+.3g}, {found['slope_high']:+.3g}]"
+        f"slope {_num(found['slope'])} a doubling [{_num(found['slope_low'])}, {_num(found['slope_high'])}]"
     )
     if not found["fit_holds"]:
         text += ", the points stray from a line beyond their seeds' spread"
     if (p := found["projection"]) is not None:
-        text += f"; at the paper's {p['x']:g}: {p['value']:+.3g} [{p['low']:+.3g}, {p['high']:+.3g}], {p['label']}"
+        text += f"; at the paper's {p['x']:g}: {_num(p['value'])} [{_num(p['low'])}, {_num(p['high'])}], {p['label']}"
     return text + ")"
+
+
+def _num(value: float) -> str:
+    """A signed effect: three significant digits, or whole numbers with separators from 1,000 (tokens, not 1e+05)."""
+    return f"{value:+,.0f}" if abs(value) >= 1000 else f"{value:+.3g}"
