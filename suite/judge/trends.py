@@ -208,19 +208,21 @@ def describe(found: dict[str, Any], unit: str) -> str:
     if not found.get("word"):
         return f"along {axis}: no finding yet ({found['reason']}); {found['command']} measures the points"
     points = "; ".join(
-        f"{e['x']:g}: {_num(e['value'])} [{_num(e['low'])}, {_num(e['high'])}]" for e in found["effects"]
+        f"{e['x']:g}: {signed(e['value'])} [{signed(e['low'])}, {signed(e['high'])}]" for e in found["effects"]
     )
     text = (
         f"{found['word']} along {axis} (the method's advantage, {unit}, 95% intervals: {points}; "
-        f"slope {_num(found['slope'])} a doubling [{_num(found['slope_low'])}, {_num(found['slope_high'])}]"
+        f"slope {signed(found['slope'])} a doubling [{signed(found['slope_low'])}, {signed(found['slope_high'])}]"
     )
     if not found["fit_holds"]:
         text += ", the points stray from a line beyond their seeds' spread"
     if (p := found["projection"]) is not None:
-        text += f"; at the paper's {p['x']:g}: {_num(p['value'])} [{_num(p['low'])}, {_num(p['high'])}], {p['label']}"
+        text += (
+            f"; at the paper's {p['x']:g}: {signed(p['value'])} [{signed(p['low'])}, {signed(p['high'])}], {p['label']}"
+        )
     return text + ")"
 
 
-def _num(value: float) -> str:
+def signed(value: float) -> str:
     """A signed effect: three significant digits, or whole numbers with separators from 1,000 (tokens, not 1e+05)."""
     return f"{value:+,.0f}" if abs(value) >= 1000 else f"{value:+.3g}"

@@ -25,6 +25,7 @@ from markupsafe import Markup, escape
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
+from suite.judge.trends import signed
 from suite.report import frames
 from suite.report.compact import compact
 
@@ -791,6 +792,6 @@ def trend(found: dict, unit: str) -> Chart | None:
     margins(fig, left=0.85, bottom=0.45, top=0.1)
     caption = (
         f"The method's advantage over the baseline in {unit} (positive: the method ahead) at each point; "
-        f"{found['word']}, slope {found['slope']:+.3g} a doubling. The dotted line is the paper's setting."
+        f"{found['word']}, slope {signed(found['slope'])} a doubling. The dotted line is the paper's setting."
     )
     return chart(fig, f"The method's advantage along {axis}", caption)
