@@ -102,19 +102,18 @@ TUNE_PRESETS = {
 # The trend along width: width 128, three rates per arm centred on its width-64 winner, the tune's two stages there
 TREND_MODEL = "llama-tiny-w128"
 TREND_GRIDS = {arm: (TUNED[arm] / 2, TUNED[arm], TUNED[arm] * 2) for arm in QUALITY_ARMS}
-TREND_ADAMW_TUNED = (
-    4e-3  # stage one's winner at width 128 (results/matrix-optimizers-trend-tune-adamw; a test checks it)
-)
-# each trend tune preset's arms and the AdamW part of its matrix optimizers
-TREND_TUNE_PRESETS = {
-    "trend-tune-adamw": (QUALITY_ARMS[:1], ADAMW_TUNED),
-    "trend-tune-matrix": (QUALITY_ARMS[1:], TREND_ADAMW_TUNED),
-}
+# stage one's winner at width 128 (results/matrix-optimizers-trend-tune-adamw; a test checks it)
+TREND_ADAMW_TUNED = 4e-3
 # Round two at width 128 (trend-tune-extend): NorMuon was best at its grid's lowest rate (0.025), so its grid extends
 # below it, and every other arm's by one rate too (equal trials), on the side of its better neighbour, where the loss
 # may still fall (results/matrix-optimizers-trend-tune-adamw and -trend-tune-matrix: the rates and losses in README)
 TREND_EXTENSION = {"adamw": 1e-3, "muon": 0.0125, "normuon": 0.0125, "dion2": 0.05, "dion3": 0.05, "soap": 0.002}
-TREND_TUNE_PRESETS["trend-tune-extend"] = (QUALITY_ARMS, TREND_ADAMW_TUNED)
+# each trend tune preset's arms, the AdamW part of its matrix optimizers and their grids
+TREND_TUNE_PRESETS = {
+    "trend-tune-adamw": (QUALITY_ARMS[:1], ADAMW_TUNED, TREND_GRIDS),
+    "trend-tune-matrix": (QUALITY_ARMS[1:], TREND_ADAMW_TUNED, TREND_GRIDS),
+    "trend-tune-extend": (QUALITY_ARMS, TREND_ADAMW_TUNED, {a: (lr,) for a, lr in TREND_EXTENSION.items()}),
+}
 # every arm's winner over its four trials at width 128 (the three trend tune folders; a test checks it)
 TREND_TUNED = {
     "adamw": TREND_ADAMW_TUNED,
@@ -200,8 +199,7 @@ def plan(preset: str) -> Plan:
         runs = tune_runs(*TUNE_PRESETS[preset])
         protocol, notes = "a learning-rate sweep on seed 0, filed apart from the evidence", []
     elif preset in TREND_TUNE_PRESETS:
-        arms, scalar_lr = TREND_TUNE_PRESETS[preset]
-        grids = {a: (TREND_EXTENSION[a],) for a in arms} if preset == "trend-tune-extend" else TREND_GRIDS
+        arms, scalar_lr, grids = TREND_TUNE_PRESETS[preset]
         runs = tune_runs(arms, grids, scalar_lr, TREND_MODEL)
         protocol, notes = f"a learning-rate sweep on seed 0 at {TREND_MODEL}, filed apart from the evidence", []
     elif preset == "quality":
