@@ -186,7 +186,9 @@ def loss_curves(
     dashes = dashes or {}
     groups = _panel_groups(list(dict.fromkeys(curve["arm"])), panels or {})
     legend_width = 0.5 + text_inches([safe(a) for a in curve["arm"].unique()])
-    height = len(groups) * LOSS_ROW + (len(groups) - 1) * LOSS_GAP + 0.9
+    # a row whose title takes more lines sits further from the row above, whose axis labels its title would cover
+    gap = LOSS_GAP + TITLE_LINE * max((wrap(title).count("\n") for title in list(groups)[1:]), default=0)
+    height = len(groups) * LOSS_ROW + (len(groups) - 1) * gap + 0.9
     fig, axes = figure(11.6 + legend_width, height, len(groups), 4, gridspec_kw={"width_ratios": (0.7, 1, 1, 1)})
     finals = bands["tokens"].groupby("arm", sort=False)["mean"].last()
     for row, (title, arms) in zip(axes, groups.items()):
@@ -210,7 +212,7 @@ def loss_curves(
             fontsize="small",
             frameon=False,
         )
-    margins(fig, left=0.65, bottom=0.55, right=legend_width, top=0.35, wspace=0.2, hspace=LOSS_GAP / LOSS_ROW)
+    margins(fig, left=0.65, bottom=0.55, right=legend_width, top=0.35, wspace=0.2, hspace=gap / LOSS_ROW)
     caption = (
         f"A row per panel of at most {frames.PANEL_LINES} arms, grouped by task, plan run, model and method and "
         "titled by what they share. Left: the whole run; grey: the range the other three zoom into, from just below "
@@ -223,6 +225,7 @@ def loss_curves(
 
 LOSS_ROW = 1.55  # inches of one row of loss panels...
 LOSS_GAP = 0.75  # ...and between two rows: the first row's tick and axis labels and the next row's titles
+TITLE_LINE = 0.15  # inches of one more line of a panel's title (small type)
 
 
 def _panel_groups(arms: list[str], panels: dict[str, tuple[int, str]]) -> dict[str, list[str]]:
