@@ -98,11 +98,12 @@ class FederatedAverager:
         if any(not torch.equal(g, flat) for g in self._gather()):
             raise AssertionError("averaging group members differ after averaging")
 
-    def _gather(self) -> list[torch.Tensor]:
-        """Every member's flat shard, after checking that all hold the same place of the same tensors."""
+    def _gather(self, flat: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """Every member's `flat` (default: its flat shard), after checking that all hold the same place of the same
+        tensors."""
         mine = [_place(p) for p in self.params]
         places: list = [None] * self.k
-        flat = _flatten_dense_tensors(self.local)
+        flat = _flatten_dense_tensors(self.local) if flat is None else flat
         gathered = [torch.empty_like(flat) for _ in range(self.k)]
         with self.off_ledger():
             dist.all_gather_object(places, mine, group=self.group)

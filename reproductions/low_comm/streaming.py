@@ -108,10 +108,8 @@ class FragmentAverager(FederatedAverager):
         self.rounds += 1
 
     def _check_anchor(self) -> None:
-        gathered = [torch.empty_like(self.anchor) for _ in range(self.k)]
-        with self.off_ledger():
-            dist.all_gather(gathered, self.anchor.detach(), group=self.group)
-        if any(not torch.equal(g, self.anchor) for g in gathered):
+        anchor = self.anchor.detach()
+        if any(not torch.equal(g, anchor) for g in self._gather(anchor)):
             raise AssertionError("the groups' global copies of a fragment differ after its outer step")
 
 
@@ -156,6 +154,7 @@ class StreamingDiLoCo(DiLoCo):
         blocks = model_config(cfg.model).get("n_layers")  # a transformer's blocks; other models are checked at build
         if blocks is not None and v["P"] > blocks:
             raise ValueError(f"P = {v['P']} fragments of {cfg.model}'s {blocks} blocks leave one empty: P <= {blocks}")
+        self.offsets = offsets(self.F, v["P"])
         self.due: dict[int, int] = {}
 
     def make_averager(self, model: nn.Module, *args, **kwargs) -> Fragments:
@@ -167,7 +166,7 @@ class StreamingDiLoCo(DiLoCo):
 
     def after_step(self, model: nn.Module, step: int, ctx: Context) -> None:
         t, v = step + 1, self.variant
-        for p, (frag, t_p) in enumerate(zip(self.averager.fragments, offsets(self.F, v["P"]))):
+        for p, (frag, t_p) in enumerate(zip(self.averager.fragments, self.offsets)):
             if (t - t_p) % self.F == 0:
                 frag.send()
                 self.due[p] = t + v["tau"]
@@ -210,7 +209,7 @@ class StreamingDiLoCo(DiLoCo):
             "P": v["P"],
             "pattern": v["pattern"],
             "blocks": self.blocks,
-            "offsets": offsets(self.F, v["P"]),
+            "offsets": self.offsets,
             "elements": sizes,
             "tau": v["tau"],
             "alpha": v["alpha"],
