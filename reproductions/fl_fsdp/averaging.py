@@ -86,11 +86,15 @@ class FederatedAverager:
         self.rounds += 1
 
     def outer_step(self, target: torch.Tensor) -> None:
-        """The outer optimizer's step on the pseudo-gradient theta_prev - target, copied into the parameters."""
-        self.anchor.grad = self.anchor - target
+        """The outer optimizer's step on the pseudo-gradient (pseudo_gradient), copied into the parameters."""
+        self.anchor.grad = self.pseudo_gradient(target)
         self.outer.step()
         for t, new in zip(self.local, _unflatten_dense_tensors(self.anchor.detach(), self.local)):
             t.copy_(new)
+
+    def pseudo_gradient(self, target: torch.Tensor) -> torch.Tensor:
+        """What the outer optimizer steps on: theta_prev - target (flat); a method that merges otherwise changes it."""
+        return self.anchor.detach() - target
 
     def check_equal(self) -> None:
         """AssertionError unless every member of the group holds the same shard (its collectives off the ledger)."""

@@ -1,9 +1,10 @@
-"""The survey's low-communication row: Streaming DiLoCo beside DiLoCo and DDP (README.md here)."""
+"""The survey's low-communication row: Streaming DiLoCo and IsoLoCo beside DiLoCo and DDP (README.md here)."""
 
+from reproductions.low_comm.isoloco import IsoLoCo
 from reproductions.low_comm.plan import PRESETS, plan
 from reproductions.low_comm.streaming import StreamingDiLoCo
 from suite.extensions import Reproduction
 
-REPRODUCTION = Reproduction(methods=(StreamingDiLoCo,), plan=plan, presets=PRESETS)
+REPRODUCTION = Reproduction(methods=(StreamingDiLoCo, IsoLoCo), plan=plan, presets=PRESETS)
 
-__all__ = ["REPRODUCTION", "StreamingDiLoCo"]
+__all__ = ["REPRODUCTION", "IsoLoCo", "StreamingDiLoCo"]

@@ -1,6 +1,8 @@
-"""Streaming DiLoCo (reproductions/low_comm): the E3M0 code, the fragments and their schedule, the one-line refusals,
-and real gloo runs at 2, 3 and 4 workers (one fragment, no delay and no quantization is DiLoCo; the ledger holds
-each fragment's exchange once per period, to the derived byte)."""
+"""The low-communication row (reproductions/low_comm). Streaming DiLoCo: the E3M0 code, the fragments and their
+schedule, the one-line refusals, and real gloo runs at 2, 3 and 4 workers (one fragment, no delay and no quantization
+is DiLoCo; the ledger holds each fragment's exchange once per period, to the derived byte). IsoLoCo: Iso-C's merge
+(a property), the pseudo-gradient it steps on, and real runs at 2, 3 and 4 workers whose groups agree after every
+round and whose ledger is DiLoCo's."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reproductions.low_comm import quantize as q
+from reproductions.low_comm.isoloco import IsoAverager, IsoLoCo, iso, iso_matrices
 from reproductions.low_comm.streaming import (
     StreamingDiLoCo,
     exchange_bytes,
@@ -105,7 +108,7 @@ def runs(tmp_path_factory) -> SharedRuns:
     commands = [_run("streaming-diloco", 4, "--set", "quantize=none")]
     for n in NPROCS:
         commands += [_run("streaming-diloco", n, *AS_DILOCO), _run("diloco", n, "--no-meters")]
-        commands += [_run("streaming-diloco", n, *STREAMING)]
+        commands += [_run("streaming-diloco", n, *STREAMING), _run("isoloco", n, "--set", "check=true")]
     return SharedRuns(tmp_path_factory.mktemp("streaming-diloco"), commands)
 
 
@@ -148,3 +151,63 @@ def test_without_quantization_each_fragment_all_reduces_its_fp32_outer_gradient(
     record = runs(*_run("streaming-diloco", 4, "--set", "quantize=none"))
     ops = [o for o in record["comm"]["per_rank"][0]["ops"] if o["group"] == "fed"]
     assert [(o["op"], o["count"], o["bytes"]) for o in ops] == [("all_reduce", 2, 4 * record["model"]["params"])]
+
+
+# ---- IsoLoCo -----------------------------------------------------------------------------------------------------
+@settings(deadline=None, max_examples=30)
+@given(st.integers(1, 12), st.integers(1, 12), st.integers(0, 2**31 - 1))
+def test_iso_c_sets_every_singular_value_to_their_mean_and_keeps_the_nuclear_norm(m, n, seed):
+    delta = torch.randn(m, n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).float()
+    s = torch.linalg.svdvals(delta)
+    merged = torch.linalg.svdvals(iso(delta))
+    assert torch.allclose(merged, torch.full_like(merged, s.mean().item()), rtol=1e-4, atol=1e-5)
+    assert merged.sum().item() == pytest.approx(s.sum().item(), rel=1e-4)
+
+
+@pytest.mark.parametrize("which", ["all", "blocks"])
+def test_the_pseudo_gradient_is_iso_c_on_the_chosen_matrices_and_the_plain_difference_elsewhere(which):
+    torch.manual_seed(0)
+    model = build_model("llama-tiny")
+    params = list(model.parameters())
+    chosen = iso_matrices(model, which)
+    averager = IsoAverager(params, None, 1, outer="sgd", outer_momentum=0.0, iso_params=chosen)
+    with torch.no_grad():
+        for t in params:
+            t.add_(torch.randn_like(t) * 0.01)
+    target = torch.cat([t.detach().flatten() for t in params])
+    delta = averager.pseudo_gradient(target.clone())
+    start = 0
+    for t, before in zip(params, torch.split(averager.anchor.detach() - target, [t.numel() for t in params])):
+        part = delta[start : start + t.numel()].view(t.shape)
+        expected = iso(before.view(t.shape)) if id(t) in chosen else before.view(t.shape)
+        assert torch.allclose(part, expected, atol=1e-6)
+        start += t.numel()
+    embedding, head = model.tok_embeddings.weight, model.output.weight
+    assert (id(embedding) in chosen) == (id(head) in chosen) == (which == "all")
+    assert sum(t.ndim == 2 for t in blocks_of(model)[0].parameters()) == 7  # attention's 4 and the MLP's 3
+
+
+@pytest.mark.parametrize(
+    ("variant", "fix"),
+    [
+        ({"outer": "none"}, "keep an outer optimizer"),
+        ({"inner": "fsdp"}, "use inner=ddp"),
+        ({"average_moments": True}, "drop it for isoloco"),
+    ],
+)
+def test_isoloco_bad_settings_name_the_fix(variant, fix):
+    with pytest.raises(ValueError, match=fix):
+        IsoLoCo(RunConfig(method="isoloco", nproc=2), variant)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc", NPROCS)
+def test_isoloco_groups_agree_after_every_round_and_send_what_diloco_sends(runs, nproc):
+    """check=true: after each round every group holds the same parameters (each took the same SVD of the same
+    average); the ledger's calls and bytes are DiLoCo's, the merge being local arithmetic."""
+    isoloco, diloco = runs(*_run("isoloco", nproc, "--set", "check=true")), runs(*_run("diloco", nproc, "--no-meters"))
+    fed = [(o["op"], o["count"], o["bytes"]) for o in isoloco["comm"]["per_rank"][0]["ops"] if o["group"] == "fed"]
+    assert fed == [("all_reduce", 1, 4 * isoloco["model"]["params"])]
+    assert len(isoloco["parallel"]["fl"]["merge"]["merged_shapes"]) == 30  # 4 blocks of 7, the embedding, the head
+    assert _curve(isoloco, "train_loss")[0] == _curve(diloco, "train_loss")[0]  # same start; the merge comes at F
+    assert _curve(isoloco, "val_loss")[-1] != _curve(diloco, "val_loss")[-1]
