@@ -137,3 +137,27 @@ def test_one_arm_tuned_at_two_budgets_is_two_arms_named_by_their_budget():
         "budget=512000": 2e-3,
         "budget=1024000": 4e-3,
     }
+
+
+def _outer(method: str, outer_lr: float, loss: float, lr: float = 1e-3) -> dict:
+    """A sweep record of a DiLoCo-family arm at the outer rate `outer_lr` (its variant's), its inner rate `lr`."""
+    rec = make_record(method, 0, reproduction=SWEEP, variant={"outer_lr": outer_lr})
+    rec["settings"] = {"lr": lr}
+    rec["run_id"] += f"-outer{outer_lr:g}-lr{lr:g}"
+    rec["curve"][-1]["val_loss"] = loss
+    return rec
+
+
+def test_an_arm_may_sweep_its_outer_rate_and_its_winner_says_so():
+    records = [_outer("diloco", r, loss) for r, loss in {0.35: 3.0, 0.7: 2.8, 1.4: 2.9}.items()]
+    edge = records + [_outer("isoloco", r, loss) for r, loss in {0.35: 3.1, 0.7: 3.0, 1.4: 2.95}.items()]
+    with pytest.raises(ValueError, match=r"isoloco.* winner outer_lr=1.4 is the highest rate swept"):
+        pick_winners(edge)
+    (winner,) = pick_winners(records).values()
+    assert (winner.lr, winner.rate, winner.grid) == (0.7, "outer_lr", (0.35, 0.7, 1.4))
+
+
+def test_trials_that_vary_both_rates_are_refused():
+    records = [_outer("diloco", 0.35, 3.0), _outer("diloco", 0.7, 2.8, lr=2e-3), _outer("diloco", 1.4, 2.9)]
+    with pytest.raises(ValueError, match="trials vary lr and outer_lr: a sweep varies one rate"):
+        pick_winners(records)

@@ -188,6 +188,16 @@ def test_a_trend_is_drawn_with_its_points_line_paper_setting_and_projection_labe
     assert figures.trend({**found, "word": None}, "nats") is None
 
 
+def test_a_paper_whose_place_on_the_axis_is_unknown_reads_growth_as_toward_and_draws_no_setting():
+    card = _card({"axis": "world_size", "paper": "unknown", "source": "abstract only", "command": "c"})
+    assert card.trend.paper is None
+    growing = trend(_points(lambda x: 0.05 * math.log2(x)), "lower", None)
+    assert growing.word == TOWARD and growing.projection is None
+    assert trend(_points(lambda x: -0.05 * math.log2(x)), "lower", None).word == AWAY
+    chart = figures.trend({"axis": "world_size", "paper": None, **asdict(growing)}, "nats")
+    assert "paper:" not in chart.svg and chart.caption.endswith("The paper's setting is not known.")
+
+
 def test_a_to_target_card_reads_each_points_tokens_to_that_points_baseline_loss():
     """The field of a to-target card is no record's: each point's seeds read their tokens to the target the
     baseline sets at that point (suite.judge.targets.seed_costs), and the method, 0.3 nats ahead at every point,

@@ -1,28 +1,52 @@
-"""The low-communication row's plan: Streaming DiLoCo beside DiLoCo and DDP at equal tokens.
+"""The low-communication row's plan: Streaming DiLoCo and IsoLoCo beside DiLoCo (and DDP) at equal tokens.
 
-Smoke (this machine, 2 cores, gloo): llama-tiny (4 blocks, 3.1M parameters) at the paper's 2 replicas (M = 2, one
-rank each), H = SYNC steps, for the meters' two warm-up steps and one whole period (the ledger counts steps 2 to
-H + 1, in which every fragment exchanges once): DDP, DiLoCo, and Streaming DiLoCo with P = 2 strided fragments,
-tau 1 and alpha 0.5, its outer gradients in E3M0 and in FP32. Bytes and calls per period come from the ledger
-(tests/test_streaming_diloco.py checks them against the derived count); the row's cards are not written yet.
+Smoke (this machine, 2 cores, gloo): llama-tiny (4 blocks, 3.1M parameters) at the Streaming DiLoCo paper's 2
+replicas (M = 2, one rank each), H = SYNC steps, for the meters' two warm-up steps and one whole period (the ledger
+counts steps 2 to H + 1, in which every fragment exchanges once): DDP, DiLoCo, IsoLoCo, and Streaming DiLoCo with
+P = 2 strided fragments, tau 1 and alpha 0.5, its outer gradients in E3M0 and in FP32. Bytes and calls per period
+come from the ledger (tests/test_low_comm.py checks them against the derived count).
+
+Tune and trend (the quality cards, along workers): llama-tiny-w64 (0.22M parameters) on the stdlib corpus, every run
+emulated (suite/run/emulate.py: K workers as threads of one process, the arithmetic of K real ones), GLOBAL_ROWS
+sequences of 128 tokens a step over all workers (K workers read GLOBAL_ROWS / K each), so every point of the axis
+trains the same tokens in the same QUALITY_STEPS steps, H = QUALITY_SYNC, AdamW inside at INNER_LR under one
+schedule (warm-up 10%, cosine). What the methods change is the outer step, so what is tuned is the outer rate:
+`tune` sweeps each arm's outer_lr over OUTER_GRID at TUNE_WORKERS workers on seed 0 (equal trials, filed as
+TUNE_SWEEP so that no verdict counts a tuning run; suite.judge.sweeps picks the winners, OUTER_TUNED); `trend` runs
+every arm at its winner at each of WORKERS on seeds 1-3. The inner rate is the matrix-optimizer row's AdamW winner
+at this model (4e-3 at 1,024 tokens a step on one process), not retuned here: it is the same for every arm.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 from suite.config import RunConfig
-from suite.plan.plans import Plan
+from suite.plan.plans import Plan, Schedule
 
 SYNC, WORLD = 8, 2
 COMMON = dict(model="llama-tiny", device="cpu", nproc=WORLD, micro_batch=4, seq_len=128, eval_every=100, eval_batches=1)
 STEPS = 2 + SYNC
-# (method, variant): the baseline, the method's parent and the method with its outer gradients in 4 bits and in 32
+# (method, variant): the baseline, the methods' parent, IsoLoCo, and Streaming DiLoCo in 4 bits and in 32
 ARMS = (
     ("ddp", {}),
     ("diloco", {"F": SYNC}),
+    ("isoloco", {"F": SYNC}),
     ("streaming-diloco", {"F": SYNC}),
     ("streaming-diloco", {"F": SYNC, "quantize": "none"}),
 )
-PRESETS = ("smoke",)
+
+QUALITY = dict(model="llama-tiny-w64", device="cpu", seq_len=128, data="stdlib", eval_every=32, log_every=8)
+GLOBAL_ROWS, QUALITY_STEPS, QUALITY_SYNC, INNER_LR = 16, 256, 16, 4e-3
+QUALITY_SCHEDULE = Schedule(warmup=0.1)
+WORKERS, TUNE_WORKERS, SEEDS = (2, 4, 8), 4, (1, 2, 3)
+QUALITY_ARMS = ("diloco", "streaming-diloco", "isoloco")  # DiLoCo, the baseline of both cards, first
+OUTER_GRID = (0.35, 0.7, 1.4)  # factor-2 rates around DiLoCo's 0.7
+TUNE_SWEEP = "low-comm-outer-lr-sweep"
+# each arm's winner over OUTER_GRID (results/low-comm-tune; a test checks it); None until the tune has run
+OUTER_TUNED: dict[str, float | None] = {arm: None for arm in QUALITY_ARMS}
+PRESETS = ("smoke", "tune", "trend")
 
 
 def smoke_runs() -> list[RunConfig]:
@@ -31,8 +55,56 @@ def smoke_runs() -> list[RunConfig]:
     return [RunConfig(method=method, variant=variant, tokens=tokens, **COMMON) for method, variant in ARMS]
 
 
+def quality_run(method: str, workers: int, outer_lr: float, seed: int) -> RunConfig:
+    """`method` on QUALITY at `workers` emulated workers, GLOBAL_ROWS / workers rows each, at outer rate `outer_lr`."""
+    if GLOBAL_ROWS % workers:
+        raise ValueError(f"{workers} workers do not split {GLOBAL_ROWS} rows a step evenly")
+    return RunConfig(
+        method=method,
+        nproc=workers,
+        emulate=True,
+        micro_batch=GLOBAL_ROWS // workers,
+        lr=INNER_LR,
+        seed=seed,
+        tokens=QUALITY_STEPS * GLOBAL_ROWS * QUALITY["seq_len"],
+        variant={"F": QUALITY_SYNC, "outer_lr": outer_lr},
+        **QUALITY,
+        **QUALITY_SCHEDULE.settings(QUALITY_STEPS),
+    )
+
+
+def tune_runs() -> list[RunConfig]:
+    """Every arm at TUNE_WORKERS at each rate of OUTER_GRID on seed 0, rate by rate, filed as TUNE_SWEEP."""
+    return [
+        replace(quality_run(arm, TUNE_WORKERS, rate, 0), reproduction=TUNE_SWEEP)
+        for rate in OUTER_GRID
+        for arm in QUALITY_ARMS
+    ]
+
+
+def trend_runs() -> list[RunConfig]:
+    """Every arm at its OUTER_TUNED rate at each of WORKERS on each of SEEDS, seed by seed (the tune's seed 0 left
+    out, AlgoPerf's rule); ValueError (one line) naming the tune while a rate is unset."""
+    if unset := [arm for arm in QUALITY_ARMS if OUTER_TUNED[arm] is None]:
+        raise ValueError(
+            f"no tuned outer rate for {', '.join(unset)}: run `python -m suite reproduce low-comm --preset tune`, "
+            "commit its records and set OUTER_TUNED (reproductions/low_comm/plan.py) to the winners"
+        )
+    return [quality_run(arm, k, OUTER_TUNED[arm], s) for s in SEEDS for k in WORKERS for arm in QUALITY_ARMS]
+
+
 def plan(preset: str) -> Plan:
-    if preset != "smoke":
+    if preset == "smoke":
+        runs, protocol = smoke_runs(), "equal tokens; bytes and calls of one period"
+        notes = ["2 replicas of llama-tiny on CPU: the paper's 1B-4B quality and bandwidth claims are not tested here"]
+    elif preset == "tune":
+        runs = tune_runs()
+        protocol = f"an outer-rate sweep at {TUNE_WORKERS} emulated workers on seed 0, filed apart from the evidence"
+        notes = []
+    elif preset == "trend":
+        runs = trend_runs()
+        protocol = f"equal tokens at {', '.join(map(str, WORKERS))} emulated workers; every arm at its tuned outer rate"
+        notes = ["llama-tiny-w64 (0.22M parameters) on one CPU process: the papers' 35M-4B claims are not tested here"]
+    else:
         raise ValueError(f"the low-comm plan has the presets {', '.join(PRESETS)}, not {preset!r}")
-    notes = ["2 replicas of llama-tiny on CPU: the paper's 1B-4B quality and bandwidth claims are not tested here"]
-    return Plan(preset, smoke_runs(), protocol="equal tokens; bytes and calls of one period", notes=notes)
+    return Plan(preset, runs, protocol=protocol, claims=Path(__file__).with_name("claims.yaml"), notes=notes)

@@ -62,7 +62,8 @@ records inside every checked entry may say reproduced, exceeded or fell short; t
 `trend` (quality and to-target cards) names the axis the paper's mechanism depends on (TREND_AXES), where the paper
 sits on it, and the plan that measures the card's comparison at points along it: the card's sides with their pin on
 the axis lifted give a point at each value, and suite/judge/trends.py says which way the effect moves toward the
-paper's setting.
+paper's setting. `paper: unknown` where the paper's text gives no place (its source says what was read): toward the
+claim is then the method's advantage growing along the axis, and no projection is drawn.
 """
 
 from __future__ import annotations
@@ -230,7 +231,7 @@ class TrendAxis:
     """Where a card's comparison is measured along its mechanism's axis (claims.yaml `trend`)."""
 
     axis: str
-    paper: float
+    paper: float | None  # None: the paper's text gives no place; toward its claim is then the effect's growth
     source: str
     command: str
 
@@ -494,11 +495,13 @@ def _trend(e: _Entry, kind: str, metric: dict) -> TrendAxis | None:
         raise e.error("trend", f"expected {{axis, paper, source, command}}, found {_short(sorted(spec, key=str))}")
     if spec["axis"] not in TREND_AXES:
         raise e.error("trend.axis", f"{_short(spec['axis'])} is not one of {list(TREND_AXES)}")
-    if not _finite(spec["paper"]) or spec["paper"] <= 0:
-        raise e.error("trend.paper", f"the paper's place on the axis, a number > 0; found {_short(spec['paper'])}")
+    unknown = spec["paper"] == "unknown"  # the paper's text gives no number (the source says what was read)
+    if not unknown and (not _finite(spec["paper"]) or spec["paper"] <= 0):
+        found = _short(spec["paper"])
+        raise e.error("trend.paper", f"the paper's place on the axis, a number > 0 or unknown; found {found}")
     if not all(isinstance(spec[k], str) and spec[k].strip() for k in ("source", "command")):
         raise e.error("trend", "say where the paper's place comes from (source) and which plan measures the points")
-    return TrendAxis(spec["axis"], float(spec["paper"]), spec["source"], spec["command"])
+    return TrendAxis(spec["axis"], None if unknown else float(spec["paper"]), spec["source"], spec["command"])
 
 
 def _regime(e: _Entry, paper_value: Any, what_would_test: str) -> Regime | None:

@@ -98,9 +98,10 @@ def effect(point: Point, better: str) -> Effect:
 
 def trend(points: Sequence[Point], better: str, paper_x: float | None = None, equivalence: bool = False) -> Trend:
     """The trend finding of `points` (2 or more distinct axis values); `paper_x`: the paper's setting on the axis,
-    which gives the direction toward it and the place of a projection. For an equivalence claim ("nearly equal")
-    the paper's side is no difference: the effect moves toward it when the line heads for zero, judged from the
-    points' weighted mean (a line that crosses zero inside the points is read from their centre)."""
+    which gives the direction toward it and the place of a projection (None: not known; toward is up the axis). For
+    an equivalence claim ("nearly equal") the paper's side is no difference: the effect moves toward it when the
+    line heads for zero, judged from the points' weighted mean (a line that crosses zero inside the points is read
+    from their centre)."""
     from scipy import stats
 
     effects = sorted((effect(p, better) for p in points), key=lambda e: e.x)

@@ -339,10 +339,11 @@ def _sweep_lines(ax, points: pd.DataFrame, top: float) -> None:
     ticks = _spaced(rates, ax.get_position().width * ax.figure.get_figwidth())
     ax.set_xticks(ticks, [f"{t:.2g}" for t in ticks])
     ax.xaxis.set_minor_locator(NullLocator())
-    ax.set_xlabel("learning rate")
+    ax.set_xlabel(" / ".join(RATE_LABELS[r] for r in dict.fromkeys(points["rate"])))
 
 
 SWEEP_MARGIN = 1.4  # the sweep's axis reaches this factor beyond its lowest and highest rate
+RATE_LABELS = {"lr": "learning rate", "outer_lr": "outer learning rate"}  # suite.judge.sweeps.RATES on the axis
 
 
 def _spaced(rates: list[float], inches: float) -> list[float]:
@@ -781,11 +782,13 @@ def trend(found: dict, unit: str) -> Chart | None:
             capsize=3,
             label="extrapolated, not a verdict",
         )
-    ax.axvline(paper, color="#b06000", linestyle=":", linewidth=1.5)
-    ax.annotate(f"paper: {paper:g}", (paper, 1), xycoords=("data", "axes fraction"), ha="right", va="top",
-                fontsize="small", color="#b06000", xytext=(-3, -2), textcoords="offset points")  # fmt: skip
-    ax.set_xlim(xs.min() / 1.5, max(xs.max(), paper) * 1.5)
-    ticks = sorted({*xs.tolist(), paper})
+    if paper is not None:
+        ax.axvline(paper, color="#b06000", linestyle=":", linewidth=1.5)
+        ax.annotate(f"paper: {paper:g}", (paper, 1), xycoords=("data", "axes fraction"), ha="right", va="top",
+                    fontsize="small", color="#b06000", xytext=(-3, -2), textcoords="offset points")  # fmt: skip
+    marked = [] if paper is None else [paper]
+    ax.set_xlim(xs.min() / 1.5, max([xs.max(), *marked]) * 1.5)
+    ticks = sorted({*xs.tolist(), *marked})
     ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
     ax.minorticks_off()
     axis = found["axis"].replace("_", " ")
@@ -795,6 +798,7 @@ def trend(found: dict, unit: str) -> Chart | None:
     margins(fig, left=0.85, bottom=0.45, top=0.1)
     caption = (
         f"The method's advantage over the baseline in {unit} (positive: the method ahead) at each point; "
-        f"{found['word']}, slope {signed(found['slope'])} a doubling. The dotted line is the paper's setting."
+        f"{found['word']}, slope {signed(found['slope'])} a doubling. "
+        + ("The dotted line is the paper's setting." if paper is not None else "The paper's setting is not known.")
     )
     return chart(fig, f"The method's advantage along {axis}", caption)

@@ -17,7 +17,7 @@ import pandas as pd
 
 from suite.arms import arm_of
 from suite.arms import label as arm_label
-from suite.judge.sweeps import pick_winners
+from suite.judge.sweeps import pick_winners, rates_of, swept_rate, without_rates
 from suite.records import FINISHED, final_val_loss
 
 # the memory meter's categories (suite/meters/memory.py CATEGORIES, not imported: the report imports no torch
@@ -43,18 +43,27 @@ def curves(records: list[dict], labels: list[str]) -> pd.DataFrame:
 
 def lr_sweep(records: list[dict], labels: list[str]) -> pd.DataFrame:
     """One row per run of an arm swept over three or more learning rates (suite/judge/sweeps.py): `arm` (its page label
-    without the rate), `lr`, `val_loss` (the final validation loss; NaN for a diverged run), `winner` (the rate
-    suite.judge.sweeps.pick_winners picks for the arm; NaN where it refuses), `refusal` (why it refuses, else '') and
-    `panel` (the title of the small multiple the arm is drawn in: panels() over its task, plan run, model, method).
+    without the rate), `lr` (the rate swept), `rate` (which: lr or outer_lr), `val_loss` (the final validation loss;
+    NaN for a diverged run), `winner` (the rate suite.judge.sweeps.pick_winners picks for the arm; NaN where it
+    refuses), `refusal` (why it refuses, else '') and `panel` (the title of the small multiple the arm is drawn in:
+    panels() over its task, plan run, model, method).
     Arms in the order of `records` (the page's), each arm's rates ascending."""
-    columns = ["arm", "lr", "val_loss", "winner", "refusal", "panel"]
-    groups: dict[str, list[tuple[dict, str, float]]] = {}
+    columns = ["arm", "lr", "rate", "val_loss", "winner", "refusal", "panel"]
+    groups: dict[str, list[tuple[dict, str]]] = {}
     for rec, name in zip(records, labels):
-        lr = (rec.get("settings") or {}).get("lr")  # records of before settings existed carry none
-        if lr is not None and (rec["status"] in FINISHED or rec["status"] == "diverged"):
-            config = {k: v for k, v in arm_of(rec)["config"].items() if k != "lr"}
-            groups.setdefault(arm_label(config), []).append((rec, re.sub(r" lr=\S+", "", name), lr))
-    swept = {key: runs for key, runs in groups.items() if len({lr for _, _, lr in runs}) >= 3}
+        if rates_of(rec)["lr"] is not None and (rec["status"] in FINISHED or rec["status"] == "diverged"):
+            config = without_rates(arm_of(rec)["config"])  # records of before settings existed carry no rate
+            groups.setdefault(arm_label(config), []).append((rec, re.sub(r" (outer_)?lr=\S+", "", name)))
+    swept: dict[str, list[tuple[dict, str, float]]] = {}
+    rate_of: dict[str, str] = {}
+    for key, runs in groups.items():
+        try:
+            rate = swept_rate([rec for rec, _ in runs])
+        except ValueError:  # trials that vary two rates are no sweep
+            continue
+        values = [rates_of(rec)[rate] for rec, _ in runs]
+        if len(set(values)) >= 3:
+            swept[key], rate_of[key] = [(rec, name, v) for (rec, name), v in zip(runs, values)], rate
     if not swept:
         return pd.DataFrame(columns=columns)
     try:
@@ -65,6 +74,7 @@ def lr_sweep(records: list[dict], labels: list[str]) -> pd.DataFrame:
         {
             "arm": name,
             "lr": lr,
+            "rate": rate_of[key],
             "val_loss": _loss(rec),
             "winner": winners[key].lr if key in winners else np.nan,
             "refusal": refusal,
