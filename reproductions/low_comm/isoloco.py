@@ -29,9 +29,11 @@ MATRICES = ("all", "blocks")
 
 
 def iso(delta: torch.Tensor) -> torch.Tensor:
-    """Iso-C's merge of one matrix: its singular values all set to their mean (float32)."""
-    u, s, vh = torch.linalg.svd(delta.float(), full_matrices=False)
-    return (u * s.mean()) @ vh
+    """Iso-C's merge of one matrix: its singular values all set to their mean. The SVD runs in float64: in float32
+    LAPACK's result depends on the intra-op threads (7e-6 apart at 1 and 2 threads for a 640 x 256 matrix), so the
+    same run on ranks of other thread counts (emulated workers, another machine) would not be the same run."""
+    u, s, vh = torch.linalg.svd(delta.double(), full_matrices=False)
+    return ((u * s.mean()) @ vh).to(delta.dtype)
 
 
 class IsoAverager(FederatedAverager):
