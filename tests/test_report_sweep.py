@@ -39,3 +39,13 @@ def test_arms_at_one_rate_each_draw_no_sweep():
     records, labels = _records()
     one_rate = [(r, name) for r, name in zip(records, labels) if r["settings"]["lr"] == 3e-3]
     assert frames.lr_sweep([r for r, _ in one_rate], [n for _, n in one_rate]).empty
+
+
+def test_an_outer_rate_sweep_is_drawn_against_the_outer_learning_rate():
+    """The committed tune of low-comm sweeps each arm's outer rate (its variant's outer_lr) at one inner rate."""
+    records = load_records(Path(__file__).parents[1] / "results" / "low-comm-tune")[0]
+    page = armlib.arms(records)
+    points = frames.lr_sweep(records, [page[armlib.key(r)].label for r in records])
+    assert set(points["rate"]) == {"outer_lr"} and sorted(set(points["lr"])) == [0.35, 0.7, 1.4]
+    assert len(set(points["arm"])) == 3 and points["winner"].notna().all()
+    assert "outer learning rate" in figures.lr_sweep(points).svg

@@ -11,9 +11,11 @@ emulated (suite/run/emulate.py: K workers as threads of one process, the arithme
 sequences of 128 tokens a step over all workers (K workers read GLOBAL_ROWS / K each), so every point of the axis
 trains the same tokens in the same QUALITY_STEPS steps, H = QUALITY_SYNC, AdamW inside at INNER_LR under one
 schedule (warm-up 10%, cosine). What the methods change is the outer step, so what is tuned is the outer rate:
-`tune` sweeps each arm's outer_lr over OUTER_GRID at TUNE_WORKERS workers on seed 0 (equal trials, filed as
-TUNE_SWEEP so that no verdict counts a tuning run; suite.judge.sweeps picks the winners, OUTER_TUNED); `trend` runs
-every arm at its winner at each of WORKERS on seeds 1-3. The inner rate is the matrix-optimizer row's AdamW winner
+`tune` sweeps the outer_lr of DiLoCo, Streaming DiLoCo and IsoLoCo over their OUTER_GRIDS at TUNE_WORKERS workers on
+seed 0, and `tune-sgd` that of IsoLoCo's merge under outer SGD without momentum (the abstract's "DiLoCo SGD with
+Iso-C", added after the first had run): three rates each, equal trials, filed as TUNE_SWEEP so that no verdict counts
+a tuning run (suite.judge.sweeps picks the winners, OUTER_TUNED). `trend` runs every arm at its winner at each of
+WORKERS on seeds 1-3. The inner rate is the matrix-optimizer row's AdamW winner
 at this model (4e-3 at 1,024 tokens a step on one process), not retuned here: it is the same for every arm.
 """
 
@@ -41,12 +43,24 @@ QUALITY = dict(model="llama-tiny-w64", device="cpu", seq_len=128, data="stdlib",
 GLOBAL_ROWS, QUALITY_STEPS, QUALITY_SYNC, INNER_LR = 16, 256, 16, 4e-3
 QUALITY_SCHEDULE = Schedule(warmup=0.1)
 WORKERS, TUNE_WORKERS, SEEDS = (2, 4, 8), 4, (1, 2, 3)
-QUALITY_ARMS = ("diloco", "streaming-diloco", "isoloco")  # DiLoCo, the baseline of both cards, first
-OUTER_GRID = (0.35, 0.7, 1.4)  # factor-2 rates around DiLoCo's 0.7
+# the arms by name: (method, its variant beyond H and the outer rate); DiLoCo, the baseline of every card, first.
+# isoloco-sgd is the abstract's "DiLoCo SGD with Iso-C": Iso-C's merge under outer SGD without momentum
+QUALITY_ARMS = {
+    "diloco": ("diloco", {}),
+    "streaming-diloco": ("streaming-diloco", {}),
+    "isoloco": ("isoloco", {}),
+    "isoloco-sgd": ("isoloco", {"outer": "sgd", "outer_momentum": 0.0}),
+}
+# three factor-2 outer rates per arm: around DiLoCo's 0.7 for the Nesterov arms; one step higher for outer SGD without
+# momentum, whose step is about a tenth of Nesterov's (momentum 0.9) at one rate (lr 1 lands on the merge itself)
+OUTER_GRIDS = {"diloco": (0.35, 0.7, 1.4), "streaming-diloco": (0.35, 0.7, 1.4), "isoloco": (0.35, 0.7, 1.4)}
+OUTER_GRIDS["isoloco-sgd"] = (0.7, 1.4, 2.8)
 TUNE_SWEEP = "low-comm-outer-lr-sweep"
-# each arm's winner over OUTER_GRID (results/low-comm-tune; a test checks it); None until the tune has run
+# each tune preset's arms: the three Nesterov arms, then outer SGD with Iso-C (added after the first had run)
+TUNE_PRESETS = {"tune": ("diloco", "streaming-diloco", "isoloco"), "tune-sgd": ("isoloco-sgd",)}
+# each arm's winner over its grid (results/low-comm-tune and -tune-sgd; a test checks it); None until its tune has run
 OUTER_TUNED: dict[str, float | None] = {arm: None for arm in QUALITY_ARMS}
-PRESETS = ("smoke", "tune", "trend")
+PRESETS = ("smoke", *TUNE_PRESETS, "trend")
 
 
 def smoke_runs() -> list[RunConfig]:
@@ -55,10 +69,12 @@ def smoke_runs() -> list[RunConfig]:
     return [RunConfig(method=method, variant=variant, tokens=tokens, **COMMON) for method, variant in ARMS]
 
 
-def quality_run(method: str, workers: int, outer_lr: float, seed: int) -> RunConfig:
-    """`method` on QUALITY at `workers` emulated workers, GLOBAL_ROWS / workers rows each, at outer rate `outer_lr`."""
+def quality_run(arm: str, workers: int, outer_lr: float, seed: int) -> RunConfig:
+    """Arm `arm` of QUALITY_ARMS on QUALITY at `workers` emulated workers, GLOBAL_ROWS / workers rows each, at outer
+    rate `outer_lr`."""
     if GLOBAL_ROWS % workers:
         raise ValueError(f"{workers} workers do not split {GLOBAL_ROWS} rows a step evenly")
+    method, variant = QUALITY_ARMS[arm]
     return RunConfig(
         method=method,
         nproc=workers,
@@ -67,18 +83,18 @@ def quality_run(method: str, workers: int, outer_lr: float, seed: int) -> RunCon
         lr=INNER_LR,
         seed=seed,
         tokens=QUALITY_STEPS * GLOBAL_ROWS * QUALITY["seq_len"],
-        variant={"F": QUALITY_SYNC, "outer_lr": outer_lr},
+        variant={"F": QUALITY_SYNC, "outer_lr": outer_lr, **variant},
         **QUALITY,
         **QUALITY_SCHEDULE.settings(QUALITY_STEPS),
     )
 
 
-def tune_runs() -> list[RunConfig]:
-    """Every arm at TUNE_WORKERS at each rate of OUTER_GRID on seed 0, rate by rate, filed as TUNE_SWEEP."""
+def tune_runs(arms: tuple[str, ...]) -> list[RunConfig]:
+    """Each of `arms` at TUNE_WORKERS at each rate of its OUTER_GRIDS on seed 0, rate by rate, filed as TUNE_SWEEP."""
     return [
-        replace(quality_run(arm, TUNE_WORKERS, rate, 0), reproduction=TUNE_SWEEP)
-        for rate in OUTER_GRID
-        for arm in QUALITY_ARMS
+        replace(quality_run(arm, TUNE_WORKERS, OUTER_GRIDS[arm][i], 0), reproduction=TUNE_SWEEP)
+        for i in range(len(OUTER_GRIDS[arms[0]]))
+        for arm in arms
     ]
 
 
@@ -86,9 +102,10 @@ def trend_runs() -> list[RunConfig]:
     """Every arm at its OUTER_TUNED rate at each of WORKERS on each of SEEDS, seed by seed (the tune's seed 0 left
     out, AlgoPerf's rule); ValueError (one line) naming the tune while a rate is unset."""
     if unset := [arm for arm in QUALITY_ARMS if OUTER_TUNED[arm] is None]:
+        presets = sorted({p for p, arms in TUNE_PRESETS.items() if set(arms) & set(unset)})
         raise ValueError(
-            f"no tuned outer rate for {', '.join(unset)}: run `python -m suite reproduce low-comm --preset tune`, "
-            "commit its records and set OUTER_TUNED (reproductions/low_comm/plan.py) to the winners"
+            f"no tuned outer rate for {', '.join(unset)}: run `python -m suite reproduce low-comm --preset "
+            f"{' and --preset '.join(presets)}`, commit the records and set OUTER_TUNED in low_comm/plan.py"
         )
     return [quality_run(arm, k, OUTER_TUNED[arm], s) for s in SEEDS for k in WORKERS for arm in QUALITY_ARMS]
 
@@ -97,8 +114,8 @@ def plan(preset: str) -> Plan:
     if preset == "smoke":
         runs, protocol = smoke_runs(), "equal tokens; bytes and calls of one period"
         notes = ["2 replicas of llama-tiny on CPU: the paper's 1B-4B quality and bandwidth claims are not tested here"]
-    elif preset == "tune":
-        runs = tune_runs()
+    elif preset in TUNE_PRESETS:
+        runs = tune_runs(TUNE_PRESETS[preset])
         protocol = f"an outer-rate sweep at {TUNE_WORKERS} emulated workers on seed 0, filed apart from the evidence"
         notes = []
     elif preset == "trend":

@@ -1,0 +1,98 @@
+"""The low-communication row's plan (reproductions/low_comm/plan.py) and cards: the derived values of the bytes cards,
+equal tokens along the workers axis, the tune's equal trials, the trend's refusal before the tune and its rates from
+the committed tune."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from reproductions.low_comm import quantize as q
+from reproductions.low_comm.plan import (
+    GLOBAL_ROWS,
+    OUTER_GRIDS,
+    OUTER_TUNED,
+    QUALITY_ARMS,
+    QUALITY_STEPS,
+    QUALITY_SYNC,
+    SEEDS,
+    SYNC,
+    TUNE_PRESETS,
+    TUNE_SWEEP,
+    TUNE_WORKERS,
+    WORKERS,
+    plan,
+    quality_run,
+)
+from reproductions.low_comm.streaming import fragment_params
+from suite.judge.claims import claims_for
+from suite.judge.sweeps import sweep_winners
+from suite.models import build_model
+
+ROOT = Path(__file__).resolve().parent.parent
+TUNE = ROOT / "results" / "low-comm-tune"
+
+
+def card(claim_id: str):
+    return next(c for c in claims_for("low-comm") if c.id == claim_id)
+
+
+def test_the_bytes_cards_hold_the_values_derived_for_llama_tiny_at_the_smoke_period():
+    model = build_model("llama-tiny")
+    n = sum(t.numel() for t in model.parameters())
+    messages = [q.payload_bytes(sum(t.numel() for t in part)) for part in fragment_params(model, 2, "strided")]
+    streaming = 2 * sum(messages) / SYNC  # both replicas' messages, gathered, once a period
+    assert card("streaming-diloco-bytes-vs-ddp").paper_value == streaming / (4 * n)
+    assert card("streaming-diloco-bytes-vs-diloco").paper_value == streaming / (4 * n / SYNC)
+    assert card("isoloco-bytes-vs-diloco").paper_value == 1.0
+
+
+def test_every_point_of_the_workers_axis_trains_the_same_tokens_in_the_same_steps():
+    points = [quality_run("diloco", k, 0.7, 1) for k in WORKERS]
+    assert {(c.tokens, c.micro_batch * c.nproc) for c in points} == {(QUALITY_STEPS * GLOBAL_ROWS * 128, GLOBAL_ROWS)}
+    assert all(c.emulate and c.variant == {"F": QUALITY_SYNC, "outer_lr": 0.7} for c in points)
+    with pytest.raises(ValueError, match="3 workers do not split 16 rows a step evenly"):
+        quality_run("diloco", 3, 0.7, 1)
+
+
+@pytest.mark.parametrize("preset", sorted(TUNE_PRESETS))
+def test_each_tune_gives_its_arms_three_outer_rates_at_one_point_on_seed_0(preset):
+    runs = plan(preset).runs
+    arms = TUNE_PRESETS[preset]
+    assert len(runs) == 3 * len(arms) and all(len(OUTER_GRIDS[arm]) == 3 for arm in arms)
+    assert {(c.nproc, c.seed, c.reproduction) for c in runs} == {(TUNE_WORKERS, 0, TUNE_SWEEP)}
+    rates = Counter((_arm(c), c.variant["outer_lr"]) for c in runs)
+    assert set(rates) == {(a, r) for a in arms for r in OUTER_GRIDS[a]} and set(rates.values()) == {1}
+
+
+def test_the_trend_refuses_to_run_before_the_tunes_name_it():
+    if all(OUTER_TUNED.values()):
+        pytest.skip("the tunes have run: the trend's rates are set")
+    with pytest.raises(ValueError, match="run `python -m suite reproduce low-comm --preset tune"):
+        plan("trend")
+
+
+def test_the_trend_runs_every_arm_at_its_tuned_rate_inside_the_committed_tunes_grid():
+    if not all(OUTER_TUNED.values()):
+        pytest.skip("the tunes have not run yet")
+    folders = [ROOT / "results" / f"low-comm-{preset}" for preset in TUNE_PRESETS]
+    winners = {w.label: (w.lr, w.rate, w.grid) for w in sweep_winners(folders, TUNE_SWEEP).values()}
+    assert sorted(winners.values()) == sorted((OUTER_TUNED[a], "outer_lr", OUTER_GRIDS[a]) for a in QUALITY_ARMS)
+    runs = plan("trend").runs
+    expected = {(arm, k, seed) for arm in QUALITY_ARMS for k in WORKERS for seed in SEEDS}
+    assert {(_arm(c), c.nproc, c.seed) for c in runs} == expected
+    assert all(c.variant["outer_lr"] == OUTER_TUNED[_arm(c)] for c in runs)
+    assert len({(c.tokens, c.micro_batch * c.nproc) for c in runs}) == 1
+
+
+def _arm(cfg) -> str:
+    """The name in QUALITY_ARMS of a run's arm: the most specific whose method and variant it has."""
+    named = [a for a, (m, v) in QUALITY_ARMS.items() if m == cfg.method and v.items() <= cfg.variant.items()]
+    return max(named, key=lambda a: len(QUALITY_ARMS[a][1]))
+
+
+def test_an_unknown_preset_is_refused_naming_the_presets():
+    with pytest.raises(ValueError, match="the low-comm plan has the presets smoke, tune, tune-sgd, trend, not 'paper'"):
+        plan("paper")
