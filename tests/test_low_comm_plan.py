@@ -11,6 +11,7 @@ import pytest
 
 from reproductions.low_comm import quantize as q
 from reproductions.low_comm.plan import (
+    BYTES_SYNC,
     GLOBAL_ROWS,
     OUTER_GRIDS,
     OUTER_TUNED,
@@ -19,6 +20,7 @@ from reproductions.low_comm.plan import (
     QUALITY_SYNC,
     SEEDS,
     SYNC,
+    TREND_ARMS,
     TUNE_PRESETS,
     TUNE_SWEEP,
     TUNE_WORKERS,
@@ -47,6 +49,16 @@ def test_the_bytes_cards_hold_the_values_derived_for_llama_tiny_at_the_smoke_per
     assert card("streaming-diloco-bytes-vs-ddp").paper_value == streaming / (4 * n)
     assert card("streaming-diloco-bytes-vs-diloco").paper_value == streaming / (4 * n / SYNC)
     assert card("isoloco-bytes-vs-diloco").paper_value == 1.0
+
+
+def test_diloco_at_the_bytes_h_sends_about_what_streaming_diloco_sends_at_the_trends_h():
+    """The equal-bytes arm: the ledger's payload per step of DiLoCo at H = BYTES_SYNC against Streaming DiLoCo's (E3M0,
+    2 fragments, every worker's message gathered) at H = QUALITY_SYNC, TUNE_WORKERS workers, llama-tiny-w64."""
+    model = build_model("llama-tiny-w64")
+    n = sum(t.numel() for t in model.parameters())
+    messages = [q.payload_bytes(sum(t.numel() for t in part)) for part in fragment_params(model, 2, "strided")]
+    streaming = TUNE_WORKERS * sum(messages) / QUALITY_SYNC
+    assert 4 * n / BYTES_SYNC / streaming == pytest.approx(0.94, abs=0.01)
 
 
 def test_every_point_of_the_workers_axis_trains_the_same_tokens_in_the_same_steps():
@@ -81,8 +93,9 @@ def test_the_trend_runs_every_arm_at_its_tuned_rate_inside_the_committed_tunes_g
     winners = {w.label: (w.lr, w.rate, w.grid) for w in sweep_winners(folders, TUNE_SWEEP).values()}
     assert sorted(winners.values()) == sorted((OUTER_TUNED[a], "outer_lr", OUTER_GRIDS[a]) for a in QUALITY_ARMS)
     runs = plan("trend").runs
-    expected = {(arm, k, seed) for arm in QUALITY_ARMS for k in WORKERS for seed in SEEDS}
-    assert {(_arm(c), c.nproc, c.seed) for c in runs} == expected
+    expected = {(arm, k, seed) for arm in TREND_ARMS for k in WORKERS for seed in SEEDS}
+    expected |= {("diloco-h32", TUNE_WORKERS, seed) for seed in SEEDS}  # the equal-bytes arm at one point
+    assert {(_arm(c), c.nproc, c.seed) for c in runs} == expected and len(runs) == len(expected)
     assert all(c.variant["outer_lr"] == OUTER_TUNED[_arm(c)] for c in runs)
     assert len({(c.tokens, c.micro_batch * c.nproc) for c in runs}) == 1
 
@@ -94,5 +107,6 @@ def _arm(cfg) -> str:
 
 
 def test_an_unknown_preset_is_refused_naming_the_presets():
-    with pytest.raises(ValueError, match="the low-comm plan has the presets smoke, tune, tune-sgd, trend, not 'paper'"):
+    presets = "smoke, tune, tune-sgd, tune-bytes, trend"
+    with pytest.raises(ValueError, match=f"the low-comm plan has the presets {presets}, not 'paper'"):
         plan("paper")

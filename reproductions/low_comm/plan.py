@@ -13,10 +13,12 @@ trains the same tokens in the same QUALITY_STEPS steps, H = QUALITY_SYNC, AdamW 
 schedule (warm-up 10%, cosine). What the methods change is the outer step, so what is tuned is the outer rate:
 `tune` sweeps the outer_lr of DiLoCo, Streaming DiLoCo and IsoLoCo over their OUTER_GRIDS at TUNE_WORKERS workers on
 seed 0, and `tune-sgd` that of IsoLoCo's merge under outer SGD without momentum (the abstract's "DiLoCo SGD with
-Iso-C", added after the first had run): three rates each, equal trials, filed as TUNE_SWEEP so that no verdict counts
-a tuning run (suite.judge.sweeps picks the winners, OUTER_TUNED). `trend` runs every arm at its winner at each of
-WORKERS on seeds 1-3. The inner rate is the matrix-optimizer row's AdamW winner
-at this model (4e-3 at 1,024 tokens a step on one process), not retuned here: it is the same for every arm.
+Iso-C", added after the first had run), and `tune-bytes` that of DiLoCo at H = BYTES_SYNC, about Streaming DiLoCo's
+bytes (the comparison at equal bytes): three rates each, equal trials, filed as TUNE_SWEEP so that no verdict counts
+a tuning run (suite.judge.sweeps picks the winners, OUTER_TUNED). `trend` runs every arm of TREND_ARMS at its winner
+at each of WORKERS, and DiLoCo at H = BYTES_SYNC at TUNE_WORKERS, on seeds 1-3. The inner rate is the matrix-
+optimizer row's AdamW winner at this model (4e-3 at 1,024 tokens a step on one process), not retuned here: it is the
+same for every arm.
 """
 
 from __future__ import annotations
@@ -41,6 +43,11 @@ ARMS = (
 
 QUALITY = dict(model="llama-tiny-w64", device="cpu", seq_len=128, data="stdlib", eval_every=32, log_every=8)
 GLOBAL_ROWS, QUALITY_STEPS, QUALITY_SYNC, INNER_LR = 16, 256, 16, 4e-3
+# DiLoCo's H at about Streaming DiLoCo's bytes at H = QUALITY_SYNC and TUNE_WORKERS: the ledger's payload of its E3M0
+# all-gather at 4 workers (every worker's message) is 4 x 68 / 512 = 0.53 of DiLoCo's FP32 all-reduce at one H, so
+# DiLoCo every 32 steps sends 0.94 of Streaming DiLoCo's payload (on a ring's wire, (K - 1) / K of the gathered
+# output against 2 (K - 1) / K of the reduced tensor, equal bytes would be H = 60)
+BYTES_SYNC = 32
 QUALITY_SCHEDULE = Schedule(warmup=0.1)
 WORKERS, TUNE_WORKERS, SEEDS = (2, 4, 8), 4, (1, 2, 3)
 # the arms by name: (method, its variant beyond H and the outer rate); DiLoCo, the baseline of every card, first.
@@ -50,14 +57,22 @@ QUALITY_ARMS = {
     "streaming-diloco": ("streaming-diloco", {}),
     "isoloco": ("isoloco", {}),
     "isoloco-sgd": ("isoloco", {"outer": "sgd", "outer_momentum": 0.0}),
+    "diloco-h32": ("diloco", {"F": BYTES_SYNC}),
 }
+# the arms compared along WORKERS; diloco-h32 (DiLoCo at about Streaming DiLoCo's bytes) at TUNE_WORKERS only
+TREND_ARMS = ("diloco", "streaming-diloco", "isoloco", "isoloco-sgd")
 # three factor-2 outer rates per arm: around DiLoCo's 0.7 for the Nesterov arms; one step higher for outer SGD without
 # momentum, whose step is about a tenth of Nesterov's (momentum 0.9) at one rate (lr 1 lands on the merge itself)
 OUTER_GRIDS = {"diloco": (0.35, 0.7, 1.4), "streaming-diloco": (0.35, 0.7, 1.4), "isoloco": (0.35, 0.7, 1.4)}
 OUTER_GRIDS["isoloco-sgd"] = (0.7, 1.4, 2.8)
+OUTER_GRIDS["diloco-h32"] = OUTER_GRIDS["diloco"]
 TUNE_SWEEP = "low-comm-outer-lr-sweep"
 # each tune preset's arms: the three Nesterov arms, then outer SGD with Iso-C (added after the first had run)
-TUNE_PRESETS = {"tune": ("diloco", "streaming-diloco", "isoloco"), "tune-sgd": ("isoloco-sgd",)}
+TUNE_PRESETS = {
+    "tune": ("diloco", "streaming-diloco", "isoloco"),
+    "tune-sgd": ("isoloco-sgd",),
+    "tune-bytes": ("diloco-h32",),
+}
 # each arm's winner over its grid (results/low-comm-tune and -tune-sgd; a test checks it); None until its tune has run
 OUTER_TUNED: dict[str, float | None] = {arm: None for arm in QUALITY_ARMS}
 PRESETS = ("smoke", *TUNE_PRESETS, "trend")
@@ -107,7 +122,8 @@ def trend_runs() -> list[RunConfig]:
             f"no tuned outer rate for {', '.join(unset)}: run `python -m suite reproduce low-comm --preset "
             f"{' and --preset '.join(presets)}`, commit the records and set OUTER_TUNED in low_comm/plan.py"
         )
-    return [quality_run(arm, k, OUTER_TUNED[arm], s) for s in SEEDS for k in WORKERS for arm in QUALITY_ARMS]
+    points = [(arm, k) for k in WORKERS for arm in TREND_ARMS] + [("diloco-h32", TUNE_WORKERS)]
+    return [quality_run(arm, k, OUTER_TUNED[arm], s) for s in SEEDS for arm, k in points]
 
 
 def plan(preset: str) -> Plan:
