@@ -63,17 +63,22 @@ QUALITY_ARMS = {
 TREND_ARMS = ("diloco", "streaming-diloco", "isoloco", "isoloco-sgd")
 # three factor-2 outer rates per arm: around DiLoCo's 0.7 for the Nesterov arms; one step higher for outer SGD without
 # momentum, whose step is about a tenth of Nesterov's (momentum 0.9) at one rate (lr 1 lands on the merge itself)
-OUTER_GRIDS = {"diloco": (0.35, 0.7, 1.4), "streaming-diloco": (0.35, 0.7, 1.4), "isoloco": (0.35, 0.7, 1.4)}
-OUTER_GRIDS["isoloco-sgd"] = (0.7, 1.4, 2.8)
-OUTER_GRIDS["diloco-h32"] = OUTER_GRIDS["diloco"]
+FIRST_GRIDS = {"diloco": (0.35, 0.7, 1.4), "streaming-diloco": (0.35, 0.7, 1.4), "isoloco": (0.35, 0.7, 1.4)}
+FIRST_GRIDS["isoloco-sgd"] = (0.7, 1.4, 2.8)
+FIRST_GRIDS["diloco-h32"] = FIRST_GRIDS["diloco"]
+# round two (tune-extend), every arm the same number of rates more: set from round one's results (README.md)
+EXTENSION: dict[str, tuple[float, ...]] = {}
+OUTER_GRIDS = {arm: tuple(sorted(FIRST_GRIDS[arm] + EXTENSION.get(arm, ()))) for arm in QUALITY_ARMS}
 TUNE_SWEEP = "low-comm-outer-lr-sweep"
-# each tune preset's arms: the three Nesterov arms, then outer SGD with Iso-C (added after the first had run)
+# each tune preset's rates by arm: the three Nesterov arms, outer SGD with Iso-C and DiLoCo at equal bytes (each added
+# after the one before had run), then round two of all
 TUNE_PRESETS = {
-    "tune": ("diloco", "streaming-diloco", "isoloco"),
-    "tune-sgd": ("isoloco-sgd",),
-    "tune-bytes": ("diloco-h32",),
+    "tune": {arm: FIRST_GRIDS[arm] for arm in ("diloco", "streaming-diloco", "isoloco")},
+    "tune-sgd": {"isoloco-sgd": FIRST_GRIDS["isoloco-sgd"]},
+    "tune-bytes": {"diloco-h32": FIRST_GRIDS["diloco-h32"]},
+    "tune-extend": EXTENSION,
 }
-# each arm's winner over its grid (results/low-comm-tune and -tune-sgd; a test checks it); None until its tune has run
+# each arm's winner over its grid (results/low-comm-tune*; a test checks it); None until its tune has run
 OUTER_TUNED: dict[str, float | None] = {arm: None for arm in QUALITY_ARMS}
 PRESETS = ("smoke", *TUNE_PRESETS, "trend")
 
@@ -104,12 +109,16 @@ def quality_run(arm: str, workers: int, outer_lr: float, seed: int) -> RunConfig
     )
 
 
-def tune_runs(arms: tuple[str, ...]) -> list[RunConfig]:
-    """Each of `arms` at TUNE_WORKERS at each rate of its OUTER_GRIDS on seed 0, rate by rate, filed as TUNE_SWEEP."""
+def tune_runs(grids: dict[str, tuple[float, ...]]) -> list[RunConfig]:
+    """Each arm of `grids` at TUNE_WORKERS at each of its rates on seed 0, rate by rate (a tune stopped midway leaves
+    every arm with nearly as many trials), filed as TUNE_SWEEP."""
+    if not grids:
+        raise ValueError("no rates to tune in this preset yet: set EXTENSION in reproductions/low_comm/plan.py")
     return [
-        replace(quality_run(arm, TUNE_WORKERS, OUTER_GRIDS[arm][i], 0), reproduction=TUNE_SWEEP)
-        for i in range(len(OUTER_GRIDS[arms[0]]))
-        for arm in arms
+        replace(quality_run(arm, TUNE_WORKERS, rates[i], 0), reproduction=TUNE_SWEEP)
+        for i in range(max(len(rates) for rates in grids.values()))
+        for arm, rates in grids.items()
+        if i < len(rates)
     ]
 
 
