@@ -66,8 +66,12 @@ TREND_ARMS = ("diloco", "streaming-diloco", "isoloco", "isoloco-sgd")
 FIRST_GRIDS = {"diloco": (0.35, 0.7, 1.4), "streaming-diloco": (0.35, 0.7, 1.4), "isoloco": (0.35, 0.7, 1.4)}
 FIRST_GRIDS["isoloco-sgd"] = (0.7, 1.4, 2.8)
 FIRST_GRIDS["diloco-h32"] = FIRST_GRIDS["diloco"]
-# round two (tune-extend), every arm the same number of rates more: set from round one's results (README.md)
-EXTENSION: dict[str, tuple[float, ...]] = {}
+# round two (tune-extend), two rates more for every arm, nearest first, past the edge where round one's winner sat
+# there (DiLoCo's and Streaming DiLoCo's at 0.35, IsoLoCo's at 1.4, IsoLoCo-SGD's at 2.8), else on the side of the
+# better neighbour (DiLoCo at H = 32: 0.7 best, 0.35 next): results/low-comm-tune, -tune-sgd, -tune-bytes
+LOWER, HIGHER = (0.175, 0.0875), (2.8, 5.6)
+EXTENSION = {"diloco": LOWER, "streaming-diloco": LOWER, "diloco-h32": LOWER, "isoloco": HIGHER}
+EXTENSION["isoloco-sgd"] = (5.6, 11.2)
 OUTER_GRIDS = {arm: tuple(sorted(FIRST_GRIDS[arm] + EXTENSION.get(arm, ()))) for arm in QUALITY_ARMS}
 TUNE_SWEEP = "low-comm-outer-lr-sweep"
 # each tune preset's rates by arm: the three Nesterov arms, outer SGD with Iso-C and DiLoCo at equal bytes (each added
