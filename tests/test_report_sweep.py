@@ -42,10 +42,17 @@ def test_arms_at_one_rate_each_draw_no_sweep():
 
 
 def test_an_outer_rate_sweep_is_drawn_against_the_outer_learning_rate():
-    """The committed tune of low-comm sweeps each arm's outer rate (its variant's outer_lr) at one inner rate."""
-    records = load_records(Path(__file__).parents[1] / "results" / "low-comm-tune")[0]
+    """The committed tunes of low-comm sweep each arm's outer rate (its variant's outer_lr) at one inner rate, in two
+    rounds (every arm five rates): each winner inside its grid."""
+    folders = sorted((Path(__file__).parents[1] / "results").glob("low-comm-tune*"))
+    records = [r for folder in folders for r in load_records(folder)[0]]
     page = armlib.arms(records)
     points = frames.lr_sweep(records, [page[armlib.key(r)].label for r in records])
-    assert set(points["rate"]) == {"outer_lr"} and sorted(set(points["lr"])) == [0.35, 0.7, 1.4]
-    assert len(set(points["arm"])) == 3 and points["winner"].notna().all()
-    assert "outer learning rate" in figures.lr_sweep(points).svg
+    assert set(points["rate"]) == {"outer_lr"} and len(set(points["arm"])) == 5
+    assert set(points.groupby("arm")["lr"].count()) == {5} and set(points["refusal"]) == {""}
+    assert points["winner"].notna().all() and "outer learning rate" in figures.lr_sweep(points).svg
+
+
+def test_a_sweep_in_one_panel_draws_no_panel_title():
+    points = frames.lr_sweep(*_records())
+    assert set(points["panel"]) == {""} and "(unnamed)" not in figures.lr_sweep(points).svg

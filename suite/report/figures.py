@@ -301,7 +301,8 @@ def lr_sweep(points: pd.DataFrame) -> Chart | None:
     for ax, panel in zip(axes.flat, panels):
         mine = points[points["panel"] == panel]
         _sweep_lines(ax, mine, float(mine["val_loss"].max() if mine["val_loss"].notna().any() else top))
-        ax.set_title(wrap(panel), loc="left", fontsize="small", weight="bold")
+        if panel:  # one panel holding every arm has no title (frames.panels)
+            ax.set_title(wrap(panel), loc="left", fontsize="small", weight="bold")
         ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize="small", frameon=False)
     for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
