@@ -60,6 +60,7 @@ RUNS = {
     "diloco-2": _dp("diloco", 2, *F2),
     "diloco-merge-2": _dp("diloco-merge", 2, *F2),
     "streaming-diloco-3": _dp("streaming-diloco", 3, *F2),  # both fragments' E3M0 all-gathers in the window
+    "isoloco-2": _dp("isoloco", 2, *F2),
     "local-sgd-4": _dp("local-sgd", 4, "--set", "G=2", *F2),
     "sdpa-math-2": _dp("sdpa-math", 2),
     "sdpa-flash-2": _dp("sdpa-flash", 2),

@@ -377,7 +377,8 @@ class _Entry:
         self.entry, self.where = entry, where
 
     def error(self, name: str, message: str) -> ClaimsError:
-        shown = name if str(name).isprintable() else repr(name)  # a key with a line break stays on one line
+        # a key with a line break stays on one line, and a long one short: the message names the fix in one line
+        shown = name if str(name).isprintable() and len(str(name)) <= 60 else _short(name)
         return ClaimsError(f"{self.where}.{shown}: {message}")
 
     def get(self, name: str, kind: type | tuple, default: Any = ...) -> Any:
@@ -436,7 +437,7 @@ def parse_claim(entry: Any, where: str) -> Claim:
     ident = entry.get("id", "?")
     e = _Entry(entry, f"{where} ({ident if isinstance(ident, str) and ident.isprintable() else _short(ident)})")
     if unknown := sorted(set(entry) - _FIELDS, key=str):
-        raise e.error(unknown[0], f"unknown field; claims take {sorted(_FIELDS)}")
+        raise e.error(unknown[0], f"unknown field; claims take {', '.join(sorted(_FIELDS))}")
     kind = e.choice("kind", KINDS)
     paper_value = _paper_value(e, kind)
     protocol = e.choice("protocol", PROTOCOLS, None)
