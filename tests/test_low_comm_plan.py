@@ -83,16 +83,13 @@ def test_every_arm_gets_the_same_number_of_trials_over_the_tunes():
         assert set(OUTER_GRIDS[arm]) == {r for grids in TUNE_PRESETS.values() for r in grids.get(arm, ())}
 
 
-def test_the_trend_refuses_to_run_before_the_tunes_name_it():
-    if all(OUTER_TUNED.values()):
-        pytest.skip("the tunes have run: the trend's rates are set")
-    with pytest.raises(ValueError, match="run `python -m suite reproduce low-comm --preset tune"):
+def test_the_trend_refuses_to_run_while_a_rate_is_unset_naming_its_tune(monkeypatch):
+    monkeypatch.setitem(OUTER_TUNED, "isoloco-sgd", None)
+    with pytest.raises(ValueError, match=r"no tuned outer rate for isoloco-sgd: run .*--preset tune-sgd`"):
         plan("trend")
 
 
 def test_the_trend_runs_every_arm_at_its_tuned_rate_inside_the_committed_tunes_grid():
-    if not all(OUTER_TUNED.values()):
-        pytest.skip("the tunes have not run yet")
     folders = [ROOT / "results" / f"low-comm-{preset}" for preset in TUNE_PRESETS]
     winners = {w.label: (w.lr, w.rate, w.grid) for w in sweep_winners(folders, TUNE_SWEEP).values()}
     assert sorted(winners.values()) == sorted((OUTER_TUNED[a], "outer_lr", OUTER_GRIDS[a]) for a in QUALITY_ARMS)
