@@ -361,6 +361,12 @@ def test_arm_labels_name_only_what_varies():
     assert _arm_labels(configs) == ["ddp", "fsdp", "fsdp+ac", "b-sdp C=0.5", "b-sdp C=0.5 dense", "b-sdp C=0.75"]
 
 
+def test_a_switched_off_string_against_another_default_says_what_is_off():
+    """Streaming DiLoCo's quantize=none beside its default e3m0: both read as the method alone before, one label."""
+    configs = [("streaming-diloco", {"quantize": "e3m0"}), ("streaming-diloco", {"quantize": "none"})]
+    assert _arm_labels(configs) == ["streaming-diloco", "streaming-diloco no quantize"]
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     st.lists(
