@@ -194,6 +194,11 @@ def test_a_zoomed_loss_panel_spans_about_the_spread_of_the_final_losses(committe
     assert zoom_problems(committed_line_figures) == []
 
 
+def test_no_committed_page_draws_a_placeholder_title():
+    """A figure of one panel has no panel title; the empty one read "(unnamed)" on 8 committed pages before."""
+    assert [page.name for page in pages() if "(unnamed)" in page.read_text()] == []
+
+
 def test_a_long_glance_repeats_its_axis_every_ten_rows_and_above_its_first():
     charts = [title for page in pages() for title, _ in svgs(page) if title.startswith("Claims at a glance: ratio")]
     assert charts, "the committed reports have claims-at-a-glance charts"

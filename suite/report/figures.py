@@ -204,7 +204,8 @@ def loss_curves(
         whole.axhspan(low, high, color="#dadce0", alpha=0.7, linewidth=0, zorder=0)
         whole.set_ylabel(y.replace("_", " "))
         whole.set_title("whole run", loc="left", fontsize="small")
-        zoomed[0].set_title(wrap(title), loc="left", fontsize="small", weight="bold")
+        if title:  # one panel holding every arm has no title (frames.panels)
+            zoomed[0].set_title(wrap(title), loc="left", fontsize="small", weight="bold")
         zoomed[-1].legend(
             *zoomed[0].get_legend_handles_labels(),
             loc="center left",
