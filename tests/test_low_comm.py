@@ -77,19 +77,22 @@ def test_in_any_h_consecutive_steps_every_fragment_sends_once(case):
 
 
 @pytest.mark.parametrize(
-    ("variant", "fix"),
+    ("method", "variant", "fix"),
     [
-        ({"F": 4, "tau": 4}, "tau < 4"),
-        ({"F": 2, "P": 3}, "raise F or lower P"),
-        ({"outer": "none"}, "keep an outer optimizer"),
-        ({"inner": "fsdp"}, "use inner=ddp"),
-        ({"average_moments": True}, "drop it for streaming-diloco"),
-        ({"F": 8, "P": 5}, "llama-tiny's 4 blocks leave one empty: P <= 4"),
+        (StreamingDiLoCo, {"F": 4, "tau": 4}, "tau < 4"),
+        (StreamingDiLoCo, {"F": 2, "P": 3}, "raise F or lower P"),
+        (StreamingDiLoCo, {"outer": "none"}, "keep an outer optimizer"),
+        (StreamingDiLoCo, {"inner": "fsdp"}, "use inner=ddp"),
+        (StreamingDiLoCo, {"average_moments": True}, "drop it for streaming-diloco"),
+        (StreamingDiLoCo, {"F": 8, "P": 5}, "llama-tiny's 4 blocks leave one empty: P <= 4"),
+        (IsoLoCo, {"outer": "none"}, "keep an outer optimizer"),
+        (IsoLoCo, {"inner": "fsdp"}, "use inner=ddp"),
+        (IsoLoCo, {"average_moments": True}, "drop it for isoloco"),
     ],
 )
-def test_bad_settings_name_the_fix(variant, fix):
+def test_bad_settings_name_the_fix(method, variant, fix):
     with pytest.raises(ValueError, match=fix):
-        StreamingDiLoCo(RunConfig(method="streaming-diloco", nproc=2), variant)
+        method(RunConfig(method=method.name, nproc=2), variant)
 
 
 # ---- real gloo runs ----------------------------------------------------------------------------------------------
@@ -185,19 +188,6 @@ def test_the_pseudo_gradient_is_iso_c_on_the_chosen_matrices_and_the_plain_diffe
     embedding, head = model.tok_embeddings.weight, model.output.weight
     assert (id(embedding) in chosen) == (id(head) in chosen) == (which == "all")
     assert sum(t.ndim == 2 for t in blocks_of(model)[0].parameters()) == 7  # attention's 4 and the MLP's 3
-
-
-@pytest.mark.parametrize(
-    ("variant", "fix"),
-    [
-        ({"outer": "none"}, "keep an outer optimizer"),
-        ({"inner": "fsdp"}, "use inner=ddp"),
-        ({"average_moments": True}, "drop it for isoloco"),
-    ],
-)
-def test_isoloco_bad_settings_name_the_fix(variant, fix):
-    with pytest.raises(ValueError, match=fix):
-        IsoLoCo(RunConfig(method="isoloco", nproc=2), variant)
 
 
 @pytest.mark.slow

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from reproductions.low_comm import quantize as q
 from reproductions.low_comm.plan import (
     BYTES_SYNC,
     GLOBAL_ROWS,
@@ -28,7 +27,7 @@ from reproductions.low_comm.plan import (
     plan,
     quality_run,
 )
-from reproductions.low_comm.streaming import fragment_params
+from reproductions.low_comm.streaming import exchange_bytes, fragment_params
 from suite.judge.claims import claims_for
 from suite.judge.sweeps import sweep_winners
 from suite.models import build_model
@@ -37,15 +36,20 @@ ROOT = Path(__file__).resolve().parent.parent
 TUNE = ROOT / "results" / "low-comm-tune"
 
 
+def _sizes(model_name: str) -> tuple[int, list[int]]:
+    """The model's parameters and the elements of each of Streaming DiLoCo's 2 strided fragments."""
+    model = build_model(model_name)
+    parts = fragment_params(model, 2, "strided")
+    return sum(t.numel() for t in model.parameters()), [sum(t.numel() for t in part) for part in parts]
+
+
 def card(claim_id: str):
     return next(c for c in claims_for("low-comm") if c.id == claim_id)
 
 
 def test_the_bytes_cards_hold_the_values_derived_for_llama_tiny_at_the_smoke_period():
-    model = build_model("llama-tiny")
-    n = sum(t.numel() for t in model.parameters())
-    messages = [q.payload_bytes(sum(t.numel() for t in part)) for part in fragment_params(model, 2, "strided")]
-    streaming = 2 * sum(messages) / SYNC  # both replicas' messages, gathered, once a period
+    n, sizes = _sizes("llama-tiny")
+    streaming = sum(exchange_bytes(m, 2, "e3m0") for m in sizes) / SYNC  # both replicas' messages, once a period
     assert card("streaming-diloco-bytes-vs-ddp").paper_value == streaming / (4 * n)
     assert card("streaming-diloco-bytes-vs-diloco").paper_value == streaming / (4 * n / SYNC)
     assert card("isoloco-bytes-vs-diloco").paper_value == 1.0
@@ -54,10 +58,8 @@ def test_the_bytes_cards_hold_the_values_derived_for_llama_tiny_at_the_smoke_per
 def test_diloco_at_the_bytes_h_sends_about_what_streaming_diloco_sends_at_the_trends_h():
     """The equal-bytes arm: the ledger's payload per step of DiLoCo at H = BYTES_SYNC against Streaming DiLoCo's (E3M0,
     2 fragments, every worker's message gathered) at H = QUALITY_SYNC, TUNE_WORKERS workers, llama-tiny-w64."""
-    model = build_model("llama-tiny-w64")
-    n = sum(t.numel() for t in model.parameters())
-    messages = [q.payload_bytes(sum(t.numel() for t in part)) for part in fragment_params(model, 2, "strided")]
-    streaming = TUNE_WORKERS * sum(messages) / QUALITY_SYNC
+    n, sizes = _sizes("llama-tiny-w64")
+    streaming = sum(exchange_bytes(m, TUNE_WORKERS, "e3m0") for m in sizes) / QUALITY_SYNC
     assert 4 * n / BYTES_SYNC / streaming == pytest.approx(0.94, abs=0.01)
 
 

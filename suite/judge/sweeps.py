@@ -130,7 +130,7 @@ def _final_loss(rec: dict) -> float:
     return loss
 
 
-def _winner(name: str, losses: dict[float, float], rate: str = "lr") -> Winner:
+def _winner(name: str, losses: dict[float, float], rate: str) -> Winner:
     grid = tuple(sorted(losses))
     lr = min(grid, key=losses.__getitem__)  # ties go to the lower rate
     if math.isinf(losses[lr]):

@@ -204,8 +204,7 @@ def loss_curves(
         whole.axhspan(low, high, color="#dadce0", alpha=0.7, linewidth=0, zorder=0)
         whole.set_ylabel(y.replace("_", " "))
         whole.set_title("whole run", loc="left", fontsize="small")
-        if title:  # one panel holding every arm has no title (frames.panels)
-            zoomed[0].set_title(wrap(title), loc="left", fontsize="small", weight="bold")
+        _panel_title(zoomed[0], title)
         zoomed[-1].legend(
             *zoomed[0].get_legend_handles_labels(),
             loc="center left",
@@ -227,6 +226,12 @@ def loss_curves(
 LOSS_ROW = 1.55  # inches of one row of loss panels...
 LOSS_GAP = 0.75  # ...and between two rows: the first row's tick and axis labels and the next row's titles
 TITLE_LINE = 0.15  # inches of one more line of a panel's title (small type)
+
+
+def _panel_title(ax, title: str) -> None:
+    """A small multiple's title (frames.panels); none where one panel holds every arm (its title is "")."""
+    if title:
+        ax.set_title(wrap(title), loc="left", fontsize="small", weight="bold")
 
 
 def _panel_groups(arms: list[str], panels: dict[str, tuple[int, str]]) -> dict[str, list[str]]:
@@ -302,8 +307,7 @@ def lr_sweep(points: pd.DataFrame) -> Chart | None:
     for ax, panel in zip(axes.flat, panels):
         mine = points[points["panel"] == panel]
         _sweep_lines(ax, mine, float(mine["val_loss"].max() if mine["val_loss"].notna().any() else top))
-        if panel:  # one panel holding every arm has no title (frames.panels)
-            ax.set_title(wrap(panel), loc="left", fontsize="small", weight="bold")
+        _panel_title(ax, panel)
         ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize="small", frameon=False)
     for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)

@@ -51,8 +51,9 @@ def lr_sweep(records: list[dict], labels: list[str]) -> pd.DataFrame:
     columns = ["arm", "lr", "rate", "val_loss", "winner", "refusal", "panel"]
     groups: dict[str, list[tuple[dict, str]]] = {}
     for rec, name in zip(records, labels):
+        # records of before settings existed carry no rate
         if rates_of(rec)["lr"] is not None and (rec["status"] in FINISHED or rec["status"] == "diverged"):
-            config = without_rates(arm_of(rec)["config"])  # records of before settings existed carry no rate
+            config = without_rates(arm_of(rec)["config"])
             groups.setdefault(arm_label(config), []).append((rec, re.sub(r" (outer_)?lr=\S+", "", name)))
     swept: dict[str, list[tuple[dict, str, float]]] = {}
     rate_of: dict[str, str] = {}

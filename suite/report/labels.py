@@ -257,8 +257,8 @@ def _label(record: dict, names: dict[str, str], spelled: bool) -> str:
         elif isinstance(value, bool):
             head += f"+{short}" if value else ""
             parts.append("" if value or default != UNSET_TOO else f"no {short}")
-        elif isinstance(value, str):  # "none" against another default says what is off ("no quantize")
-            parts.append(value if value.lower() not in OFF else "" if _value(value) == default else f"no {short}")
+        elif isinstance(value, str):  # not the default: "none" against another says what is off ("no quantize")
+            parts.append(f"no {short}" if value.lower() in OFF else value)
         else:
             parts.append(f"{short}={_compact(value)}")
     return " ".join([head, *[p for p in parts if p]])
